@@ -1,0 +1,442 @@
+"""Task-level records: parsing, validation and per-(system, task) aggregation (SPEC §1).
+
+A dataset is one row per (system, task, trial). Validation rejects the whole input
+with row-numbered errors; nothing is half-loaded. Aggregation averages the trials of a
+(system, task) into one outcome ``y[s, t]`` and one cost, because repeats of a task are
+one case, never extra tasks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+REQUIRED = ("system", "task_id", "outcome")
+"""Columns every record needs; ``trial`` defaults to 0 and ``cost`` to missing."""
+CORE = ("system", "task_id", "trial", "outcome", "cost")
+MAX_ERRORS = 20
+"""Stop collecting after this many problems: the first few are what a user fixes."""
+
+
+@dataclass(frozen=True)
+class RecordError:
+    """One validation problem. ``row`` is 1-based over data records (the CSV header and
+    blank JSONL lines are not counted); ``None`` when the problem is the whole input."""
+
+    row: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = []
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        if self.field is not None:
+            where.append(f"field '{self.field}'")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class RecordsError(ValueError):
+    """The input is not a valid dataset; ``errors`` lists every problem found (capped)."""
+
+    def __init__(self, errors: Sequence[RecordError]):
+        self.errors = list(errors)
+        shown = "; ".join(str(e) for e in self.errors[:5])
+        more = f" (and {len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
+        super().__init__(f"invalid records: {shown}{more}")
+
+
+@dataclass(frozen=True)
+class Records:
+    """A validated dataset, aggregated per (system, task).
+
+    ``y``, ``cost`` and ``trials`` are ``[n_systems, n_tasks]``; a (system, task) the
+    system never ran has ``trials == 0`` and ``y``/``cost`` NaN. ``cost`` is NaN where no
+    trial of that (system, task) had a cost. Systems and tasks are sorted so that the
+    same rows in any order give the same dataset. ``raw`` keeps every trial (for pass@k).
+    """
+
+    systems: tuple[str, ...]
+    tasks: tuple[str, ...]
+    y: np.ndarray
+    cost: np.ndarray
+    trials: np.ndarray
+    metadata: dict[str, tuple[str, ...]]
+    raw_system: np.ndarray = field(repr=False)
+    raw_task: np.ndarray = field(repr=False)
+    raw_trial: np.ndarray = field(repr=False)
+    raw_outcome: np.ndarray = field(repr=False)
+
+    @property
+    def n_systems(self) -> int:
+        return len(self.systems)
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def observed(self) -> np.ndarray:
+        """Boolean ``[S, T]``: the system has at least one trial of the task."""
+        return self.trials > 0
+
+    @property
+    def binary(self) -> bool:
+        """Every raw outcome is exactly 0 or 1."""
+        return bool(np.all((self.raw_outcome == 0.0) | (self.raw_outcome == 1.0)))
+
+    @property
+    def single_trial(self) -> bool:
+        """Every observed (system, task) has exactly one trial."""
+        return bool(np.all(self.trials[self.observed] == 1))
+
+    @property
+    def binary_single_trial(self) -> bool:
+        return self.binary and self.single_trial
+
+    @property
+    def group_columns(self) -> tuple[str, ...]:
+        return tuple(self.metadata)
+
+    def system_coverage(self) -> np.ndarray:
+        """Share of the task universe each system has an outcome for."""
+        return self.observed.sum(axis=1) / max(self.n_tasks, 1)
+
+    def scores(self) -> np.ndarray:
+        """Each system's mean ``y`` over the tasks it ran."""
+        with np.errstate(invalid="ignore"):
+            return np.nanmean(self.y, axis=1)
+
+    def subset_systems(self, keep: Sequence[int]) -> Records:
+        """The same dataset restricted to the systems at ``keep`` (indices, sorted)."""
+        keep = np.asarray(sorted(keep), dtype=np.intp)
+        remap = np.full(self.n_systems, -1, dtype=np.intp)
+        remap[keep] = np.arange(len(keep))
+        mask = remap[self.raw_system] >= 0
+        return Records(
+            systems=tuple(self.systems[i] for i in keep),
+            tasks=self.tasks,
+            y=self.y[keep],
+            cost=self.cost[keep],
+            trials=self.trials[keep],
+            metadata=self.metadata,
+            raw_system=remap[self.raw_system[mask]],
+            raw_task=self.raw_task[mask],
+            raw_trial=self.raw_trial[mask],
+            raw_outcome=self.raw_outcome[mask],
+        )
+
+
+def filter_systems(records: Records, min_task_coverage: float = 0.95) -> tuple[Records, list[str]]:
+    """Keep systems with an outcome for at least ``min_task_coverage`` of the universe.
+
+    Returns the filtered records and the names of the dropped systems (SPEC §1).
+    """
+    if not 0.0 <= min_task_coverage <= 1.0:
+        raise ValueError("min_task_coverage must be in [0, 1]")
+    cov = records.observed.sum(axis=1)
+    keep = [i for i in range(records.n_systems) if cov[i] >= min_task_coverage * records.n_tasks - 1e-9]
+    dropped = [records.systems[i] for i in range(records.n_systems) if i not in set(keep)]
+    return records.subset_systems(keep), dropped
+
+
+def group_labels(records: Records, key: str | Sequence[str] | None) -> tuple[np.ndarray, list[str]]:
+    """Per-task group index and the group names for a grouping key (SPEC §3).
+
+    ``key`` is one metadata column, several (a tuple, or a comma-separated string like
+    ``"repo,difficulty"``), or ``None``/empty for a single group. Groups are numbered in
+    sorted name order so the numbering does not depend on row order.
+    """
+    cols = parse_group_key(key)
+    if not cols:
+        return np.zeros(records.n_tasks, dtype=np.intp), ["all"]
+    for c in cols:
+        if c not in records.metadata:
+            known = ", ".join(records.metadata) or "none"
+            raise ValueError(f"group column '{c}' is not in the dataset (metadata columns: {known})")
+    names_per_task = [" × ".join(records.metadata[c][t] for c in cols) for t in range(records.n_tasks)]
+    names = sorted(set(names_per_task))
+    index = {n: i for i, n in enumerate(names)}
+    return np.array([index[n] for n in names_per_task], dtype=np.intp), names
+
+
+def parse_group_key(key: str | Sequence[str] | None) -> tuple[str, ...]:
+    if key is None:
+        return ()
+    if isinstance(key, str):
+        return tuple(c.strip() for c in key.split(",") if c.strip())
+    return tuple(str(c).strip() for c in key if str(c).strip())
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_records(data: bytes | str, fmt: str | None = None, filename: str | None = None) -> Records:
+    """Parse CSV or JSONL content. ``fmt`` is ``"csv"`` or ``"jsonl"``; when omitted it is
+    taken from the file name, else sniffed (JSONL when the first non-blank byte is ``{``)."""
+    if isinstance(data, bytes):
+        if b"\x00" in data[:65536]:
+            raise RecordsError([RecordError(None, None, "the file is binary, not CSV or JSONL text")])
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise RecordsError(
+                [RecordError(None, None, f"the file is not UTF-8 text (byte {exc.start})")]
+            ) from None
+    else:
+        text = data
+    if fmt is None and filename:
+        lower = filename.lower()
+        if lower.endswith((".jsonl", ".ndjson", ".json")):
+            fmt = "jsonl"
+        elif lower.endswith(".csv"):
+            fmt = "csv"
+    if fmt is None:
+        fmt = "jsonl" if text.lstrip().startswith("{") else "csv"
+    if fmt == "csv":
+        return from_rows(_csv_rows(text))
+    if fmt == "jsonl":
+        return from_rows(_jsonl_rows(text))
+    raise ValueError(f"unknown format '{fmt}': use csv or jsonl")
+
+
+def load_records(path: str) -> Records:
+    """Read a CSV or JSONL file from disk."""
+    with open(path, "rb") as fh:
+        return parse_records(fh.read(), filename=path)
+
+
+def _csv_rows(text: str) -> list[Mapping[str, object]]:
+    if not text.strip():
+        raise RecordsError([RecordError(None, None, "the file is empty")])
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except csv.Error as exc:
+        raise RecordsError([RecordError(None, None, f"CSV header unreadable: {exc}")]) from None
+    header = [h.strip() for h in header]
+    _check_header(header)
+    rows: list[Mapping[str, object]] = []
+    try:
+        for i, values in enumerate(reader, start=1):
+            if not values or all(not v.strip() for v in values):
+                rows.append({})  # blank line: keeps numbering, reported below
+                continue
+            if len(values) != len(header):
+                raise RecordsError(
+                    [RecordError(i, None, f"has {len(values)} values, the header has {len(header)}")]
+                )
+            rows.append(dict(zip(header, values, strict=True)))
+    except csv.Error as exc:
+        raise RecordsError([RecordError(len(rows) + 1, None, f"CSV syntax error: {exc}")]) from None
+    return rows
+
+
+def _jsonl_rows(text: str) -> list[Mapping[str, object]]:
+    rows: list[Mapping[str, object]] = []
+    errors: list[RecordError] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row_no = len(rows) + 1
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(RecordError(row_no, None, f"not valid JSON ({exc.msg})"))
+            obj = {}
+        if not isinstance(obj, dict):
+            errors.append(RecordError(row_no, None, "each line must be a JSON object"))
+            obj = {}
+        rows.append(obj)
+        if len(errors) >= MAX_ERRORS:
+            break
+    if errors:
+        raise RecordsError(errors)
+    if not rows:
+        raise RecordsError([RecordError(None, None, "the file is empty")])
+    return rows
+
+
+def _check_header(columns: Iterable[str]) -> None:
+    cols = list(columns)
+    missing = [c for c in REQUIRED if c not in cols]
+    if missing:
+        raise RecordsError(
+            [RecordError(None, c, "required column is missing") for c in missing]
+        )
+    dup = sorted({c for c in cols if cols.count(c) > 1})
+    if dup:
+        raise RecordsError([RecordError(None, c, "column appears more than once") for c in dup])
+
+
+def _number(value: object) -> float | None:
+    """A finite or non-finite float, or None when the value is not a number at all."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
+    """Validate records given as mappings (CSV rows, JSON objects) and aggregate them."""
+    errors: list[RecordError] = []
+
+    def err(row: int | None, fld: str | None, msg: str) -> None:
+        errors.append(RecordError(row, fld, msg))
+        if len(errors) >= MAX_ERRORS:
+            raise RecordsError(errors)
+
+    if not rows:
+        raise RecordsError([RecordError(None, None, "no records")])
+    if all(not r for r in rows):
+        raise RecordsError([RecordError(None, None, "no records")])
+    # Columns: required ones must be present on every row (JSON rows may differ).
+    meta_cols: list[str] = []
+    seen_cols: set[str] = set()
+    for r in rows:
+        for c in r:
+            if c not in CORE and c not in seen_cols:
+                seen_cols.add(c)
+                meta_cols.append(c)
+    meta_cols.sort()
+
+    systems: list[str] = []
+    tasks: list[str] = []
+    trials: list[int] = []
+    outcomes: list[float] = []
+    costs: list[float] = []
+    task_meta: dict[str, tuple[str, ...]] = {}
+    task_meta_row: dict[str, int] = {}
+    seen: dict[tuple[str, str, int], int] = {}
+
+    for i, r in enumerate(rows, start=1):
+        if not r:
+            err(i, None, "blank record")
+            continue
+        bad = False
+        for c in REQUIRED:
+            if c not in r:
+                err(i, c, "required field is missing")
+                bad = True
+        if bad:
+            continue
+        system, task = r["system"], r["task_id"]
+        if _blank(system) or not isinstance(system, str | int):
+            err(i, "system", "must be a non-empty string")
+            bad = True
+        if _blank(task) or not isinstance(task, str | int):
+            err(i, "task_id", "must be a non-empty string")
+            bad = True
+        out = _number(r["outcome"])
+        if out is None or not math.isfinite(out):
+            err(i, "outcome", f"must be a finite number, got {_show(r['outcome'])}")
+            bad = True
+        elif not 0.0 <= out <= 1.0:
+            err(i, "outcome", f"must be in [0, 1], got {_show(r['outcome'])}")
+            bad = True
+        trial = 0
+        if not _blank(r.get("trial")):
+            t = _number(r["trial"])
+            if t is None or not math.isfinite(t) or t != int(t) or t < 0 or isinstance(r["trial"], bool):
+                err(i, "trial", f"must be an integer >= 0, got {_show(r['trial'])}")
+                bad = True
+            else:
+                trial = int(t)
+        cost = math.nan
+        if not _blank(r.get("cost")):
+            cv = _number(r["cost"])
+            if cv is None or not math.isfinite(cv) or cv < 0 or isinstance(r["cost"], bool):
+                err(i, "cost", f"must be a finite number >= 0, got {_show(r['cost'])}")
+                bad = True
+            else:
+                cost = cv
+        if bad:
+            continue
+        system_s, task_s = str(system).strip(), str(task).strip()
+        key = (system_s, task_s, trial)
+        if key in seen:
+            err(i, "trial", f"duplicate of row {seen[key]} (system '{system_s}', task '{task_s}', trial {trial})")
+            continue
+        seen[key] = i
+        meta = tuple("" if _blank(r.get(c)) else str(r.get(c)).strip() for c in meta_cols)
+        prior = task_meta.get(task_s)
+        if prior is None:
+            task_meta[task_s] = meta
+            task_meta_row[task_s] = i
+        elif prior != meta:
+            j = next(k for k in range(len(meta_cols)) if prior[k] != meta[k])
+            err(
+                i,
+                meta_cols[j],
+                f"task '{task_s}' has '{meta[j]}' here but '{prior[j]}' in row {task_meta_row[task_s]}",
+            )
+            continue
+        systems.append(system_s)
+        tasks.append(task_s)
+        trials.append(trial)
+        outcomes.append(out)  # type: ignore[arg-type]
+        costs.append(cost)
+
+    if errors:
+        raise RecordsError(errors)
+    sys_names = sorted(set(systems))
+    if len(sys_names) < 2:
+        raise RecordsError(
+            [RecordError(None, "system", f"need at least 2 systems, found {len(sys_names)}")]
+        )
+    task_names = sorted(set(tasks))
+    s_index = {n: i for i, n in enumerate(sys_names)}
+    t_index = {n: i for i, n in enumerate(task_names)}
+    rs = np.fromiter((s_index[s] for s in systems), dtype=np.intp, count=len(systems))
+    rt = np.fromiter((t_index[t] for t in tasks), dtype=np.intp, count=len(tasks))
+    ro = np.asarray(outcomes, dtype=np.float64)
+    rc = np.asarray(costs, dtype=np.float64)
+    shape = (len(sys_names), len(task_names))
+    n = np.zeros(shape, dtype=np.int64)
+    np.add.at(n, (rs, rt), 1)
+    ysum = np.zeros(shape)
+    np.add.at(ysum, (rs, rt), ro)
+    has_cost = ~np.isnan(rc)
+    csum = np.zeros(shape)
+    cn = np.zeros(shape, dtype=np.int64)
+    np.add.at(csum, (rs[has_cost], rt[has_cost]), rc[has_cost])
+    np.add.at(cn, (rs[has_cost], rt[has_cost]), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(n > 0, ysum / np.maximum(n, 1), np.nan)
+        cost = np.where(cn > 0, csum / np.maximum(cn, 1), np.nan)
+    metadata = {
+        c: tuple(task_meta[t][j] for t in task_names) for j, c in enumerate(meta_cols)
+    }
+    return Records(
+        systems=tuple(sys_names),
+        tasks=tuple(task_names),
+        y=y,
+        cost=cost,
+        trials=n,
+        metadata=metadata,
+        raw_system=rs,
+        raw_task=rt,
+        raw_trial=np.asarray(trials, dtype=np.int64),
+        raw_outcome=ro,
+    )
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
