@@ -1,0 +1,248 @@
+"""What a replay computes: policies (SPEC §4.3) and the replay specification (§3–§6).
+
+The spec is a sweep: every combination of grouping × floor × policy × level ``a`` ×
+resample count ``B`` × threshold δ is one *configuration*, replayed at every budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+ORDERS = ("uniform", "stratified", "cost_ascending", "neyman")
+RULES = ("forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime")
+FLOORS = ("proportional", "slack", "one_per_group", "none")
+ORIENTATIONS = ("directed", "one_per_pair")
+DEFAULT_BUDGETS = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+class SpecError(ValueError):
+    """A replay specification that cannot run; ``field`` names the offending option."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A task order, a decision rule and whether the rule defers when coverage is unmet."""
+
+    name: str
+    order: str
+    rule: str
+    coverage_aware: bool
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "order": self.order, "rule": self.rule, "coverage_aware": self.coverage_aware}
+
+
+NAMED_POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("uniform_forced", "uniform", "forced", False),
+        Policy("stratified_forced", "stratified", "forced", False),
+        Policy("cost_forced", "cost_ascending", "forced", False),
+        Policy("bootstrap", "uniform", "bootstrap", False),
+        Policy("coverage_bootstrap", "stratified", "bootstrap", True),
+        Policy("coverage_bootstrap_uniform", "uniform", "bootstrap", True),
+        Policy("coverage_paired_normal", "stratified", "paired_normal", True),
+        Policy("coverage_mcnemar", "stratified", "mcnemar", True),
+        Policy("neyman_coverage_bootstrap", "neyman", "bootstrap", True),
+        Policy("serfling_coverage", "stratified", "serfling", True),
+        Policy("anytime_coverage", "stratified", "anytime", True),
+    )
+}
+
+
+def parse_policy(value: str | Mapping[str, object] | Policy) -> Policy:
+    """A named policy, or a custom one as a mapping / ``"order=...,rule=...,coverage=yes"``.
+
+    A custom policy without a name is named ``custom:<order>/<rule>[/coverage]``.
+    """
+    if isinstance(value, Policy):
+        return value
+    if isinstance(value, str):
+        if value in NAMED_POLICIES:
+            return NAMED_POLICIES[value]
+        if "=" not in value:
+            raise SpecError("policy", f"unknown policy '{value}'; named policies: {', '.join(NAMED_POLICIES)}")
+        parts: dict[str, object] = {}
+        for item in value.split(","):
+            k, _, v = item.partition("=")
+            parts[k.strip()] = v.strip()
+        value = parts
+    order = str(value.get("order", ""))
+    rule = str(value.get("rule", ""))
+    cov = value.get("coverage_aware", value.get("coverage", False))
+    if isinstance(cov, str):
+        if cov.lower() not in ("yes", "no", "true", "false", "1", "0"):
+            raise SpecError("policy", f"coverage must be yes or no, got '{cov}'")
+        cov = cov.lower() in ("yes", "true", "1")
+    if order not in ORDERS:
+        raise SpecError("policy", f"unknown order '{order}'; orders: {', '.join(ORDERS)}")
+    if rule not in RULES:
+        raise SpecError("policy", f"unknown rule '{rule}'; rules: {', '.join(RULES)}")
+    name = str(value.get("name") or f"custom:{order}/{rule}{'/coverage' if cov else ''}")
+    return Policy(name, order, rule, bool(cov))
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """Everything a replay takes. Lists are swept as a cartesian product.
+
+    ``bootstrap`` holds resample counts ``B`` (ints) and/or ``"exact"``; ``groups`` holds
+    grouping keys (``None`` = one group, ``"repo"``, ``"repo,difficulty"``).
+    """
+
+    policies: tuple[Policy, ...] = (NAMED_POLICIES["coverage_bootstrap"],)
+    deltas: tuple[float, ...] = (0.0,)
+    budgets: tuple[float, ...] = DEFAULT_BUDGETS
+    orders: int = 500
+    bootstrap: tuple[int | str, ...] = (200,)
+    a: tuple[float, ...] = (0.05,)
+    floors: tuple[str, ...] = ("proportional",)
+    groups: tuple[str | None, ...] = (None,)
+    orientation: str = "directed"
+    min_task_coverage: float = 0.95
+    alpha: float = 0.05
+    gamma: float = 0.05
+    eta: float = 0.25
+    seed: int = 0
+    seeds: int = 1
+    extra: dict[str, object] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, object]:
+        """Canonical, JSON-ready form (what reports echo and what hashes are taken of)."""
+        return {
+            "policies": [p.describe() for p in self.policies],
+            "deltas": list(self.deltas),
+            "budgets": list(self.budgets),
+            "orders": self.orders,
+            "bootstrap": list(self.bootstrap),
+            "a": list(self.a),
+            "floors": list(self.floors),
+            "groups": list(self.groups),
+            "orientation": self.orientation,
+            "min_task_coverage": self.min_task_coverage,
+            "alpha": self.alpha,
+            "gamma": self.gamma,
+            "eta": self.eta,
+            "seed": self.seed,
+            "seeds": self.seeds,
+        }
+
+
+def make_spec(**options: object) -> ReplaySpec:
+    """Build and validate a spec from plain values (CLI, JSON). Raises ``SpecError``."""
+    known = set(ReplaySpec.__dataclass_fields__) - {"extra"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise SpecError(unknown[0], "unknown option")
+    spec = ReplaySpec()
+    vals: dict[str, object] = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        vals[key] = value
+    if "policies" in vals:
+        pols = vals["policies"]
+        if isinstance(pols, str | Mapping | Policy):
+            pols = [pols]
+        vals["policies"] = tuple(parse_policy(p) for p in pols)  # type: ignore[union-attr]
+    for key in ("deltas", "budgets", "bootstrap", "a", "floors", "groups"):
+        if key in vals and (isinstance(vals[key], str | int | float) or vals[key] is None):
+            vals[key] = (vals[key],)
+        if key in vals:
+            vals[key] = tuple(vals[key])  # type: ignore[arg-type]
+    spec = replace(spec, **vals)  # type: ignore[arg-type]
+    validate_spec(spec)
+    return spec
+
+
+def _finite(name: str, x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(float(x)):
+        raise SpecError(name, f"must be a finite number, got {x!r}")
+    return float(x)
+
+
+def validate_spec(spec: ReplaySpec) -> None:
+    """Check the spec on its own (dataset-dependent checks happen in ``plan_replay``)."""
+    if not spec.policies:
+        raise SpecError("policies", "at least one policy is needed")
+    names = [p.name for p in spec.policies]
+    if len(set(names)) != len(names):
+        raise SpecError("policies", "a policy is listed twice")
+    if not spec.deltas:
+        raise SpecError("deltas", "at least one threshold is needed")
+    for d in spec.deltas:
+        v = _finite("deltas", d)
+        if not -100.0 <= v <= 100.0:
+            raise SpecError("deltas", f"δ is in percentage points and must be in [-100, 100], got {d}")
+    if not spec.budgets:
+        raise SpecError("budgets", "at least one budget is needed")
+    for b in spec.budgets:
+        v = _finite("budgets", b)
+        if not 0.0 < v <= 1.0:
+            raise SpecError("budgets", f"budget fractions must be in (0, 1], got {b}")
+    if len(set(spec.budgets)) != len(spec.budgets) or list(spec.budgets) != sorted(spec.budgets):
+        raise SpecError("budgets", "budgets must be increasing and distinct")
+    if isinstance(spec.orders, bool) or not isinstance(spec.orders, int) or not 1 <= spec.orders <= 100_000:
+        raise SpecError("orders", f"must be an integer in [1, 100000], got {spec.orders!r}")
+    if not spec.bootstrap:
+        raise SpecError("bootstrap", "at least one resample count is needed")
+    for b in spec.bootstrap:
+        if b == "exact":
+            continue
+        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 1_000_000:
+            raise SpecError("bootstrap", f"must be 'exact' or an integer in [1, 1000000], got {b!r}")
+    if not spec.a:
+        raise SpecError("a", "at least one level is needed")
+    for a in spec.a:
+        v = _finite("a", a)
+        if not 0.0 < v < 1.0:
+            raise SpecError("a", f"level a must be in (0, 1), got {a}")
+    if not spec.floors:
+        raise SpecError("floors", "at least one floor is needed")
+    for f in spec.floors:
+        if f not in FLOORS:
+            raise SpecError("floors", f"unknown floor '{f}'; floors: {', '.join(FLOORS)}")
+    if not spec.groups:
+        raise SpecError("groups", "at least one grouping (or none) is needed")
+    if spec.orientation not in ORIENTATIONS:
+        raise SpecError("orientation", f"must be one of {', '.join(ORIENTATIONS)}, got '{spec.orientation}'")
+    v = _finite("min_task_coverage", spec.min_task_coverage)
+    if not 0.0 <= v <= 1.0:
+        raise SpecError("min_task_coverage", "must be in [0, 1]")
+    for name in ("alpha", "gamma", "eta"):
+        v = _finite(name, getattr(spec, name))
+        if not 0.0 <= v <= 1.0:
+            raise SpecError(name, "must be in [0, 1]")
+    if isinstance(spec.seed, bool) or not isinstance(spec.seed, int) or spec.seed < 0:
+        raise SpecError("seed", "must be an integer >= 0")
+    if isinstance(spec.seeds, bool) or not isinstance(spec.seeds, int) or not 1 <= spec.seeds <= 1000:
+        raise SpecError("seeds", "must be an integer in [1, 1000]")
+    for p in spec.policies:
+        if p.rule == "mcnemar" and any(float(d) != 0.0 for d in spec.deltas):
+            raise SpecError("deltas", f"policy '{p.name}' uses mcnemar, which is defined only at δ = 0")
+
+
+def parse_budgets(text: str) -> tuple[float, ...]:
+    """``"0.05:0.95:0.05"`` (start:stop:step, inclusive) or ``"0.1,0.25,0.5"``."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0:
+                raise SpecError("budgets", "step must be positive")
+            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            return tuple(round(start + i * step, 10) for i in range(n))
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SpecError("budgets", f"cannot read '{text}': use start:stop:step or a comma list") from None
+
+
+def as_sequence(x: object) -> Sequence[object]:
+    return x if isinstance(x, list | tuple) else [x]
