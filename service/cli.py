@@ -9,7 +9,7 @@ import sys
 
 from service import __version__
 
-SUBCOMMANDS = ("replay",)
+SUBCOMMANDS = ("replay", "synth")
 
 
 def build_parser() -> argparse.ArgumentParser:
