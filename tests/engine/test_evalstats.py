@@ -1,0 +1,428 @@
+"""Evaluation statistics (SPEC §8): worked values, brute force, simulations, real data."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.engine import evalstats as E
+from service.engine.records import from_rows, load_records
+from tests.conftest import shared_dataset
+
+# --------------------------------------------------------------------------- SPEC §8 worked values
+
+
+def test_spec_pass_at_k_and_pass_hat_k_worked_check():
+    assert E.pass_at_k(5, 2, 2) == pytest.approx(0.70, abs=1e-12)
+    assert E.pass_hat_k(5, 2, 2) == pytest.approx(0.10, abs=1e-12)
+
+
+def test_spec_zero_failure_bounds_and_runs():
+    assert round(100 * E.binomial_bounds(20, 20).failure_upper, 2) == 13.91
+    assert round(100 * E.binomial_bounds(2, 2).success_lower, 2) == 22.36
+    assert E.runs_for_bound(0.05) == 59
+    assert E.binomial_bounds(58, 58).failure_upper > 0.05 >= E.binomial_bounds(59, 59).failure_upper
+
+
+def test_spec_margins_and_task_counts():
+    assert round(100 * E.margin_of_error(200.5), 2) == 6.92
+    assert round(100 * E.margin_of_error(914), 2) == 3.24
+    assert [E.tasks_for_margin(m) for m in (0.05, 0.03, 0.02, 0.01)] == [385, 1068, 2401, 9604]
+
+
+def test_spec_minimum_significant_gaps():
+    gap = E.min_significant_gap(200)
+    assert round(100 * gap.unpaired, 1) == 9.8 and gap.paired == gap.unpaired
+    assert round(100 * E.min_significant_gap(200, rho=0.5).paired, 1) == 6.9
+
+
+# --------------------------------------------------------------------------- pass@k / pass^k
+
+
+def test_pass_k_against_enumeration_of_trial_subsets():
+    for n in range(1, 8):
+        for c in range(n + 1):
+            trials = [1] * c + [0] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(trials, k))
+                any_pass = sum(max(s) for s in subsets) / len(subsets)
+                all_pass = sum(min(s) for s in subsets) / len(subsets)
+                assert E.pass_at_k(n, c, k) == pytest.approx(any_pass, abs=1e-12)
+                assert E.pass_hat_k(n, c, k) == pytest.approx(all_pass, abs=1e-12)
+
+
+def test_subset_max_min_fractional_against_enumeration():
+    rng = np.random.default_rng(3)
+    x = rng.random((4, 6)).round(2)
+    x[0, :3] = 0.5  # ties
+    emax, emin = E.subset_max_min(x)
+    for row in range(4):
+        for k in range(1, 7):
+            subs = list(itertools.combinations(x[row], k))
+            assert emax[row, k - 1] == pytest.approx(np.mean([max(s) for s in subs]), abs=1e-12)
+            assert emin[row, k - 1] == pytest.approx(np.mean([min(s) for s in subs]), abs=1e-12)
+
+
+def test_pass_k_estimators_are_unbiased_exactly():
+    # E over c ~ Bin(n, p) of the estimator equals the target 1-(1-p)^k / p^k.
+    n, p = 7, 0.37
+    weights = stats.binom.pmf(np.arange(n + 1), n, p)
+    for k in range(1, n + 1):
+        at = sum(w * E.pass_at_k(n, c, k) for c, w in enumerate(weights))
+        hat = sum(w * E.pass_hat_k(n, c, k) for c, w in enumerate(weights))
+        assert at == pytest.approx(1 - (1 - p) ** k, abs=1e-12)
+        assert hat == pytest.approx(p**k, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "field"),
+    [(3, 1, 4, "k"), (3, 4, 1, "c"), (0, 0, 1, "n"), (3, -1, 1, "c"), (3, 1, 0, "k")],
+)
+def test_pass_k_rejects_bad_inputs_naming_the_field(n, c, k, field):
+    with pytest.raises(E.StatsInputError) as exc:
+        E.pass_at_k(n, c, k)
+    assert exc.value.field == field
+
+
+def _rows(table):
+    """``table``: {system: {task: [outcomes...]}} -> records rows (group = task's first letter)."""
+    return [
+        {"system": s, "task_id": t, "trial": i, "outcome": o, "group": t[0]}
+        for s, tasks in table.items()
+        for t, outs in tasks.items()
+        for i, o in enumerate(outs)
+    ]
+
+
+def test_pass_k_curve_uneven_trials_excludes_short_tasks():
+    table = {
+        "A": {"a1": [1, 0, 1], "a2": [0, 0, 1, 1], "b1": [1], "b2": [0, 1, 0]},
+        "B": {"a1": [0], "a2": [1], "b1": [1], "b2": [0]},
+    }
+    rec = from_rows(_rows(table))
+    curve = E.pass_k_curve(rec, "A")
+    assert [p.k for p in curve] == [1, 2, 3, 4]
+    tasks = list(table["A"].values())
+    for p in curve:
+        eligible = [t for t in tasks if len(t) >= p.k]
+        exp_at = np.mean([np.mean([max(s) for s in itertools.combinations(t, p.k)]) for t in eligible])
+        exp_hat = np.mean([np.mean([min(s) for s in itertools.combinations(t, p.k)]) for t in eligible])
+        assert p.pass_at_k == pytest.approx(exp_at, abs=1e-12)
+        assert p.pass_hat_k == pytest.approx(exp_hat, abs=1e-12)
+        assert p.n_tasks == len(eligible) and p.n_excluded == 4 - len(eligible)
+    assert curve[0].pass_at_k == pytest.approx(np.nanmean(rec.y[0]))
+
+
+# --------------------------------------------------------------------------- bounds and intervals
+
+
+@pytest.mark.parametrize(("x", "n"), [(0, 10), (3, 10), (9, 10), (10, 10), (47, 120)])
+def test_one_sided_bounds_invert_the_binomial_tail(x, n):
+    b = E.binomial_bounds(x, n, 0.9)
+    if x > 0:  # P(X >= x | p = lower) = alpha
+        assert stats.binom.sf(x - 1, n, b.success_lower) == pytest.approx(0.1, rel=1e-8)
+    else:
+        assert b.success_lower == 0
+    if x < n:  # P(X <= x | p = upper) = alpha
+        assert stats.binom.cdf(x, n, b.success_upper) == pytest.approx(0.1, rel=1e-8)
+    else:
+        assert b.success_upper == 1
+    assert b.failure_upper == pytest.approx(1 - b.success_lower)
+
+
+@pytest.mark.parametrize(("target", "failures", "level"), [(0.05, 1, 0.95), (0.1, 3, 0.9), (0.01, 0, 0.99)])
+def test_runs_for_bound_is_the_fewest(target, failures, level):
+    n = E.runs_for_bound(target, level, failures)
+    assert E.binomial_bounds(n - failures, n, level).failure_upper <= target
+    assert n - 1 <= failures or E.binomial_bounds(n - 1 - failures, n - 1, level).failure_upper > target
+
+
+def test_interval_coverage_on_seeded_simulation():
+    rng = np.random.default_rng(20261130)
+    reps, n, p = 4000, 250, 0.3
+    x = rng.binomial(n, p, size=reps)
+    mc = 3 * math.sqrt(0.95 * 0.05 / reps)
+    m = x / n
+    se = np.sqrt(m * (1 - m) / (n - 1))  # sd(ddof=1)/sqrt(n) for 0/1 data
+    lo, hi = E.normal_interval(m, se)
+    assert abs(np.mean((lo <= p) & (p <= hi)) - 0.95) < mc + 0.01
+    lo, hi = E.wilson_interval(x, n)
+    assert abs(np.mean((lo <= p) & (p <= hi)) - 0.95) < mc + 0.01
+    lo, hi = E.clopper_pearson_interval(x, n)
+    cover = np.mean((lo <= p) & (p <= hi))
+    assert cover >= 0.95 - mc and cover < 0.99
+    # a small sample where Wald is known to undercover: the check is able to fail
+    x = rng.binomial(20, 0.1, size=reps)
+    m = x / 20
+    lo, hi = E.normal_interval(m, np.sqrt(m * (1 - m) / 19))
+    assert np.mean((lo <= 0.1) & (0.1 <= hi)) < 0.95 - mc
+
+
+# --------------------------------------------------------------------------- clustering
+
+
+def test_clustered_se_matches_a_direct_sandwich():
+    rng = np.random.default_rng(5)
+    g = rng.integers(0, 9, size=60)
+    v = rng.random(60) + 0.3 * g
+    res = E.clustered_se(v, g)
+    # OLS of v on an intercept: V = c (X'X)^-1 X' u u' ... summed by cluster, via indicators
+    x = np.ones((60, 1))
+    u = v - x @ np.linalg.lstsq(x, v, rcond=None)[0]
+    labels = np.unique(g)
+    ind = (g[:, None] == labels[None, :]).astype(float)  # N x G
+    score = ind.T @ (x * u[:, None])  # G x 1 cluster scores
+    bread = np.linalg.inv(x.T @ x)
+    G = len(labels)
+    V = G / (G - 1) * bread @ (score.T @ score) @ bread
+    assert res.se == pytest.approx(math.sqrt(V[0, 0]), rel=1e-12)
+    assert res.se_iid == pytest.approx(np.std(v, ddof=1) / math.sqrt(60), rel=1e-12)
+    assert res.design_effect == pytest.approx((res.se / res.se_iid) ** 2)
+    assert res.effective_tasks == pytest.approx(60 / res.design_effect)
+    single = E.clustered_se(v, np.arange(60))
+    assert single.se == pytest.approx(single.se_iid, rel=1e-12) and single.design_effect == pytest.approx(1)
+
+
+def test_clustered_interval_covers_when_the_iid_one_does_not():
+    rng = np.random.default_rng(11)
+    reps, G, m = 1500, 40, 8
+    groups = np.repeat(np.arange(G), m)
+    cover_cl = cover_iid = 0
+    for _ in range(reps):
+        effect = rng.normal(0, 1, size=G)
+        v = effect[groups] + rng.normal(0, 1, size=G * m)  # ICC 0.5, true mean 0
+        res = E.clustered_se(v, groups)
+        lo, hi = E.t_interval(res.mean, res.se, G - 1)
+        cover_cl += lo <= 0 <= hi
+        lo, hi = E.normal_interval(res.mean, res.se_iid)
+        cover_iid += lo <= 0 <= hi
+    mc = 3 * math.sqrt(0.95 * 0.05 / reps)
+    assert abs(cover_cl / reps - 0.95) < mc + 0.01
+    assert cover_iid / reps < 0.8  # design effect ~ 1 + (m - 1) * 0.5 = 4.5
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+def test_mcnemar_matches_two_sided_binomial_test():
+    for a, b in [(0, 0), (5, 0), (7, 3), (12, 20), (40, 41)]:
+        expected = 1.0 if a + b == 0 else stats.binomtest(a, a + b, 0.5).pvalue
+        assert E.mcnemar_exact(a, b) == pytest.approx(expected, rel=1e-12)
+
+
+def _two_system_records(ya, yb, groups=None):
+    rows = []
+    for t, (a, b) in enumerate(zip(ya, yb, strict=True)):
+        g = {} if groups is None else {"group": str(groups[t])}
+        rows.append({"system": "A", "task_id": f"t{t:03d}", "outcome": float(a), **g})
+        rows.append({"system": "B", "task_id": f"t{t:03d}", "outcome": float(b), **g})
+    return from_rows(rows)
+
+
+def test_pair_stats_single_trial_binary():
+    rng = np.random.default_rng(2)
+    ya = rng.integers(0, 2, 150)
+    yb = np.where(rng.random(150) < 0.7, ya, 1 - ya)
+    rec = _two_system_records(ya, yb)
+    ps = E.pair_stats(rec, "A", "B")
+    d = ya - yb
+    assert ps.diff == pytest.approx(d.mean())
+    assert ps.se_paired == pytest.approx(np.std(d, ddof=1) / math.sqrt(150))
+    assert ps.correlation == pytest.approx(stats.pearsonr(ya, yb)[0])
+    assert (ps.n_plus, ps.n_minus) == (int((d == 1).sum()), int((d == -1).sum()))
+    assert ps.test == "mcnemar_exact" and ps.p_value == ps.mcnemar_p
+    assert ps.min_gap_paired < ps.min_gap_unpaired  # positively correlated scores
+    assert ps.bootstrap is None
+
+
+def test_paired_bootstrap_is_seeded_and_resamples_tasks_not_trials():
+    rng = np.random.default_rng(8)
+    rows = []
+    for t in range(60):
+        p = rng.random()
+        for s, shift in (("A", 0.05), ("B", 0.0)):
+            for i in range(5):
+                passed = int(rng.random() < min(1, p + shift))
+                rows.append({"system": s, "task_id": f"t{t}", "trial": i, "outcome": passed})
+    rec = from_rows(rows)
+    one = E.pair_stats(rec, "A", "B", rng=np.random.default_rng(1), n_boot=1000)
+    two = E.pair_stats(rec, "A", "B", rng=np.random.default_rng(1), n_boot=1000)
+    assert one.bootstrap == two.bootstrap and one.mcnemar_p is None and one.test == "paired_t"
+    width = one.bootstrap.high - one.bootstrap.low
+    assert width == pytest.approx(2 * 1.96 * one.se_paired, rel=0.15)
+
+
+def test_paired_cluster_bootstrap_coverage_with_repeated_trials():
+    rng = np.random.default_rng(99)
+    reps, n_tasks, trials = 300, 80, 4
+    hits = 0
+    for _ in range(reps):
+        p = rng.beta(2, 2, n_tasks)
+        a = rng.binomial(trials, np.clip(p + 0.05, 0, 1)) / trials
+        b = rng.binomial(trials, p) / trials
+        truth = np.mean(np.clip(p + 0.05, 0, 1) - p)  # conditional on these tasks; plus sampling of tasks below
+        d = a - b
+        iv = E.paired_cluster_bootstrap(d, 0.95, rng, n_boot=600)
+        hits += iv.low <= truth <= iv.high
+    # conditional truth is a bit easier to cover than the population one: require >= nominal - MC error
+    assert hits / reps >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / reps) - 0.02
+
+
+def test_paired_bootstrap_by_cluster_is_wider_with_correlated_clusters():
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(10), 20)
+    d = rng.normal(0, 1, 10)[groups] + rng.normal(0, 0.3, 200)
+    by_task = E.paired_cluster_bootstrap(d, 0.95, np.random.default_rng(0), 2000)
+    by_group = E.paired_cluster_bootstrap(d, 0.95, np.random.default_rng(0), 2000, clusters=groups)
+    assert (by_group.high - by_group.low) > 2.5 * (by_task.high - by_task.low)
+    # uneven clusters: the interval sits around the task mean, as wide as the CR standard error says
+    groups = np.repeat(np.arange(30), np.arange(1, 31))
+    d = rng.normal(0, 1, 30)[groups] + rng.normal(0.2, 0.3, groups.size)
+    iv = E.paired_cluster_bootstrap(d, 0.95, np.random.default_rng(1), 4000, clusters=groups)
+    se = E.clustered_se(d, groups).se
+    assert (iv.low + iv.high) / 2 == pytest.approx(d.mean(), abs=0.3 * se)
+    assert iv.high - iv.low == pytest.approx(2 * 1.96 * se, rel=0.2)
+
+
+# --------------------------------------------------------------------------- power
+
+
+def test_tasks_for_paired_difference_is_minimal_and_has_its_power():
+    delta, rho, power = 0.05, 0.5, 0.8
+    n = E.tasks_for_paired_difference(delta, power, rho)
+    sd = math.sqrt(2 * 0.25 * (1 - rho))
+
+    def approx_power(m):
+        return stats.norm.sf(1.959963984540054 - delta / (sd / math.sqrt(m)))
+
+    assert approx_power(n) >= power > approx_power(n - 1)
+    # simulate correlated 0/1 pairs with marginals 0.5 + delta/2, 0.5 - delta/2 and correlation ~rho
+    rng = np.random.default_rng(7)
+    reps = 2000
+    pa, pb = 0.5 + delta / 2, 0.5 - delta / 2
+    p11 = pa * pb + rho * math.sqrt(pa * (1 - pa) * pb * (1 - pb))
+    probs = [p11, pa - p11, pb - p11, 1 - pa - pb + p11]  # (1,1) (1,0) (0,1) (0,0)
+    counts = rng.multinomial(n, probs, size=reps)
+    n10, n01 = counts[:, 1], counts[:, 2]
+    mean = (n10 - n01) / n
+    var = ((n10 + n01) / n - mean**2) * n / (n - 1)
+    z = mean / np.sqrt(var / n)
+    rejected = np.mean(z > 1.959963984540054)
+    assert abs(rejected - power) < 3 * math.sqrt(0.16 / reps) + 0.02
+
+
+def test_calculator_validation_names_fields():
+    cases = [
+        (lambda: E.margin_of_error(10, level=1.0), "level"),
+        (lambda: E.margin_of_error(-1), "n"),
+        (lambda: E.tasks_for_margin(0), "margin"),
+        (lambda: E.binomial_bounds(-1, 5), "successes"),
+        (lambda: E.binomial_bounds(6, 5), "successes"),
+        (lambda: E.runs_for_bound(0.05, failures=-2), "failures"),
+        (lambda: E.min_significant_gap(100, rho=1.5), "rho"),
+        (lambda: E.tasks_for_paired_difference(0.05, power=1.0), "power"),
+        (lambda: E.adjust_pvalues([0.1], "bonferroni"), "correction"),
+    ]
+    for call, field in cases:
+        with pytest.raises(E.StatsInputError) as exc:
+            call()
+        assert exc.value.field == field
+
+
+# --------------------------------------------------------------------------- leaderboard
+
+
+def test_adjust_pvalues_holm_and_bh():
+    p = np.array([0.01, 0.04, 0.03, np.nan, 0.005])
+    holm = E.adjust_pvalues(p, "holm")
+    bh = E.adjust_pvalues(p, "bh")
+    # by hand: sorted 0.005, 0.01, 0.03, 0.04 with m = 4
+    np.testing.assert_allclose(holm[[4, 0, 2, 1]], [0.02, 0.03, 0.06, 0.06])
+    np.testing.assert_allclose(bh[[4, 0, 2, 1]], [0.02, 0.02, 0.04, 0.04])
+    assert np.isnan(holm[3]) and np.isnan(bh[3])
+    np.testing.assert_array_equal(E.adjust_pvalues(p, "none"), p)
+
+
+def test_leaderboard_separates_far_systems_and_ties_equal_ones():
+    rng = np.random.default_rng(12)
+    n = 400
+    base = rng.random(n)
+    skill = {"S1": 0.6, "S2": 0.0, "S3": 0.0, "S4": -0.6}
+    rows = []
+    for s, shift in skill.items():
+        outs = (rng.random(n) < np.clip(base + shift, 0, 1)).astype(int)
+        rows += [
+            {"system": s, "task_id": f"t{t}", "outcome": int(o), "group": f"g{t % 20}"} for t, o in enumerate(outs)
+        ]
+    rec = from_rows(rows)
+    lb = E.leaderboard(rec, correction="holm", matrix=True)
+    assert [r.stats.system for r in lb.rows][0] == "S1" and lb.rows[-1].stats.system == "S4"
+    assert [(g.first_rank, g.last_rank) for g in lb.tie_groups] == [(1, 1), (2, 3), (4, 4)]
+    assert lb.tie_groups[1].description == "ranks 2–3 are statistically tied"
+    assert len(lb.matrix) == 6 and all(c.test == "mcnemar_exact" for c in lb.adjacent)
+    clustered = E.leaderboard(rec, cluster="group")
+    assert clustered.n_clusters == 20 and all(c.test == "paired_t_clustered" for c in clustered.adjacent)
+    assert clustered.rows[0].stats.interval.method == "cluster_t"
+    with pytest.raises(E.StatsInputError) as exc:
+        E.leaderboard(rec, cluster="nope")
+    assert exc.value.field == "cluster"
+
+
+def _check_partition(lb):
+    names = [r.stats.system for r in lb.rows]
+    assert [s for g in lb.tie_groups for s in g.systems] == names
+    for c in lb.adjacent:  # a group boundary exactly where an adjacent lead is distinguishable
+        same = any(c.higher in g.systems and c.lower in g.systems for g in lb.tie_groups)
+        assert same != c.distinguishable
+
+
+def _boundaries(lb):
+    return {c.rank_higher for c in lb.adjacent if c.distinguishable}
+
+
+def test_swebench_lite_tie_groups():
+    rec = load_records(str(shared_dataset("swebench_lite")))
+    lbs = {corr: E.leaderboard(rec, correction=corr) for corr in E.CORRECTIONS}
+    for lb in lbs.values():
+        _check_partition(lb)
+    # holm controls the family-wise error, so its boundaries are a subset of BH's, and BH's of none's
+    assert _boundaries(lbs["holm"]) <= _boundaries(lbs["bh"]) <= _boundaries(lbs["none"])
+    # adjacent p-values are exact McNemar tests: check one against scipy
+    c = lbs["none"].adjacent[0]
+    ia, ib = rec.systems.index(c.higher), rec.systems.index(c.lower)
+    d = rec.y[ia] - rec.y[ib]
+    a, b = int((d == 1).sum()), int((d == -1).sum())
+    assert c.p_value == pytest.approx(stats.binomtest(a, a + b, 0.5).pvalue, rel=1e-12)
+    clustered = E.leaderboard(rec, cluster="group", matrix=True)
+    _check_partition(clustered)
+    assert clustered.n_clusters == 12 and len(clustered.matrix) == 42 * 41 // 2
+    top = clustered.rows[0].stats
+    assert top.clustered.design_effect > 1  # tasks of one repository resemble each other
+
+
+def test_terminal_bench_pass_hat_k_from_real_trials():
+    rec = load_records(str(shared_dataset("terminal_bench_core_0.1.1")))
+    assert int(rec.trials.max()) == 5
+    for s, name in enumerate(rec.systems):
+        curve = E.pass_k_curve(rec, name)
+        assert [p.k for p in curve] == [1, 2, 3, 4, 5] and all(p.n_excluded == 0 for p in curve)
+        sel = rec.raw_system == s
+        per_task = [rec.raw_outcome[sel & (rec.raw_task == t)] for t in range(rec.n_tasks)]
+        assert curve[-1].pass_hat_k == pytest.approx(np.mean([o.min() for o in per_task]))
+        assert curve[-1].pass_at_k == pytest.approx(np.mean([o.max() for o in per_task]))
+        k = 3
+        brute = np.mean([np.mean([min(c) for c in itertools.combinations(o, k)]) for o in per_task])
+        assert curve[k - 1].pass_hat_k == pytest.approx(brute, abs=1e-12)
+        hats = [p.pass_hat_k for p in curve]
+        ats = [p.pass_at_k for p in curve]
+        assert all(x >= y - 1e-12 for x, y in itertools.pairwise(hats))
+        assert all(x <= y + 1e-12 for x, y in itertools.pairwise(ats))
+        assert curve[0].pass_at_k == pytest.approx(np.nanmean(rec.y[s]))
+    lb = E.leaderboard(rec, cluster="group")
+    _check_partition(lb)
+    assert all(c.test == "paired_t_clustered" for c in lb.adjacent)
+    assert all(r.stats.clopper_pearson is None for r in lb.rows)  # repeated trials
