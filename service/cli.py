@@ -9,7 +9,7 @@ import sys
 
 from service import __version__
 
-SUBCOMMANDS = ("replay", "synth")
+SUBCOMMANDS = ("replay", "synth", "leaderboard", "stats")
 
 
 def build_parser() -> argparse.ArgumentParser:

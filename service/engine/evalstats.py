@@ -172,7 +172,7 @@ class Comparison:
 
 @dataclass(frozen=True)
 class TieGroup:
-    """Consecutive ranks ``first_rank..last_rank`` joined by non-significant adjacent leads."""
+    """Consecutive ranks ``first_rank..last_rank`` that the leaderboard calls tied."""
 
     first_rank: int
     last_rank: int
@@ -197,6 +197,7 @@ class Leaderboard:
     rows: tuple[LeaderboardRow, ...]
     adjacent: tuple[Comparison, ...]
     matrix: tuple[Comparison, ...] | None
+    ties: str
     tie_groups: tuple[TieGroup, ...]
     definition: str
 
@@ -625,7 +626,7 @@ def system_stats(
 ) -> SystemStats:
     """Score of ``system`` over the tasks it ran, with intervals (SPEC §8).
 
-    * ``normal``: ``mean ± z·sd(y, ddof=1)/sqrt(N)``.
+    * ``normal``: ``mean ± z·sd(y, ddof=1)/sqrt(N)``, clipped to [0, 1] like ``cluster_t``.
     * ``wilson``: Wilson score interval with ``x = mean·N`` over ``N`` tasks (exact in its
       assumptions for single-trial 0/1 records, an approximation otherwise).
     * ``clopper_pearson``: exact interval, only for single-trial 0/1 records (else None).
@@ -637,20 +638,26 @@ def system_stats(
     return _system_stats(records, _system_index(records, system), level, _labels(records, cluster))
 
 
+def _clip01(bounds: tuple[float, float]) -> tuple[float, float]:
+    # a score lies in [0, 1]; a symmetric interval may not (NaN stays NaN)
+    low, high = bounds
+    return (max(0.0, low) if low == low else low, min(1.0, high) if high == high else high)
+
+
 def _system_stats(records: Records, s: int, level: float, labels: np.ndarray | None) -> SystemStats:
     mask = records.observed[s]
     y = records.y[s, mask]
     n = int(y.size)
     cl = clustered_se(y, None if labels is None else labels[mask])
     mean, se = cl.mean, cl.se_iid
-    normal = Interval(*normal_interval(mean, se, level), "normal")
+    normal = Interval(*_clip01(normal_interval(mean, se, level)), "normal")
     wilson = Interval(*wilson_interval(mean * n, n, level), "wilson")
     cp = None
     if _binary_single(records, s, mask):
         cp = Interval(*clopper_pearson_interval(round(mean * n), n, level), "clopper_pearson")
     clustered = cl if labels is not None else None
     if clustered is not None:
-        interval = Interval(*t_interval(mean, cl.se, cl.n_clusters - 1, level), "cluster_t")
+        interval = Interval(*_clip01(t_interval(mean, cl.se, cl.n_clusters - 1, level)), "cluster_t")
     else:
         interval = cp if cp is not None else normal
     return SystemStats(
@@ -852,11 +859,20 @@ def adjust_pvalues(p: Sequence[float] | np.ndarray, method: str = "holm") -> np.
     return out
 
 
-TIE_DEFINITION = (
-    "A tie group is a maximal run of consecutive ranks in which every adjacent lead is not "
-    "distinguishable (adjusted p-value above 1 - level). Groups partition the ranking; two "
-    "systems in one group may still differ from each other when the run is long (see the matrix)."
-)
+TIE_RULES = ("adjacent", "leader")
+TIE_DEFINITIONS = {
+    "adjacent": (
+        "A tie group is a maximal run of consecutive ranks in which every adjacent lead is not "
+        "distinguishable (adjusted p-value above 1 - level). Groups partition the ranking; with many "
+        "systems the runs chain, so two members of one group may still differ (see the matrix)."
+    ),
+    "leader": (
+        "Tie groups are built from the top: a group starts at the best unassigned rank (its leader) and "
+        "extends over the following ranks as long as each is not distinguishable from the leader in the "
+        "pairwise matrix (adjusted over all pairs). Groups partition the ranking; every member is tied "
+        "with its leader."
+    ),
+}
 
 
 def _compare(
@@ -882,22 +898,35 @@ def _comparisons(raw: list[tuple], correction: str, alpha: float) -> tuple[Compa
     )
 
 
+def _describe(first: int, last: int) -> str:
+    if first == last:
+        return f"rank {first} forms a group of its own"
+    return f"ranks {first}–{last} are statistically tied"
+
+
 def tie_groups(ranked: Sequence[str], adjacent: Sequence[Comparison]) -> tuple[TieGroup, ...]:
     """Partition the ranking into maximal runs linked by non-distinguishable adjacent leads."""
-    groups: list[list[int]] = [[0]] if ranked else []
-    for i, c in enumerate(adjacent):
-        if c.distinguishable:
-            groups.append([i + 1])
-        else:
-            groups[-1].append(i + 1)
+    starts = [0] + [i + 1 for i, c in enumerate(adjacent) if c.distinguishable]
+    ends = [*starts[1:], len(ranked)]
+    return tuple(
+        TieGroup(a + 1, b, tuple(ranked[a:b]), _describe(a + 1, b))
+        for a, b in zip(starts, ends, strict=True)
+        if b > a
+    )
+
+
+def leader_tie_groups(ranked: Sequence[str], matrix: Sequence[Comparison]) -> tuple[TieGroup, ...]:
+    """Partition the ranking from the top: each group is its leader and the following ranks
+    not distinguishable from the leader (a run, stopping at the first distinguishable one)."""
+    distinct = {(c.rank_higher, c.rank_lower): c.distinguishable for c in matrix}
     out = []
-    for g in groups:
-        first, last = g[0] + 1, g[-1] + 1
-        if first == last:
-            text = f"rank {first} is distinguishable from the ranks next to it"
-        else:
-            text = f"ranks {first}–{last} are statistically tied"
-        out.append(TieGroup(first, last, tuple(ranked[i] for i in g), text))
+    first, n = 1, len(ranked)
+    while first <= n:
+        last = first
+        while last < n and not distinct[(first, last + 1)]:
+            last += 1
+        out.append(TieGroup(first, last, tuple(ranked[first - 1 : last]), _describe(first, last)))
+        first = last + 1
     return tuple(out)
 
 
@@ -907,6 +936,7 @@ def leaderboard(
     cluster: str | Sequence[str] | None = None,
     correction: str = "holm",
     matrix: bool = False,
+    ties: str = "adjacent",
 ) -> Leaderboard:
     """Systems ranked by mean score with intervals, which leads are real, and tie groups.
 
@@ -916,15 +946,19 @@ def leaderboard(
     without a cluster key; a paired t-test with CR1 cluster-robust errors otherwise).
     Adjacent p-values are adjusted together (``holm`` | ``bh`` | ``none``); a lead is
     ``distinguishable`` iff its adjusted p-value is at most ``1 - level``. With ``matrix``
-    every pair is compared and adjusted as one family of ``S(S-1)/2`` tests. Tie groups:
-    see :data:`TIE_DEFINITION`.
+    every pair is compared and adjusted as one family of ``S(S-1)/2`` tests. Tie groups by
+    ``ties``: ``adjacent`` (runs of non-significant adjacent leads) or ``leader`` (from the
+    matrix: ranks not distinguishable from the group's top); see :data:`TIE_DEFINITIONS`.
+    Means equal to 12 decimals count as equal, and are ranked by name.
     """
     level = _level(level)
     if correction not in CORRECTIONS:
         raise StatsInputError("correction", f"must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
+    if ties not in TIE_RULES:
+        raise StatsInputError("ties", f"must be one of {', '.join(TIE_RULES)}, got {ties!r}")
     labels = _labels(records, cluster)
     all_stats = [_system_stats(records, s, level, labels) for s in range(records.n_systems)]
-    order = sorted(range(records.n_systems), key=lambda s: (-all_stats[s].mean, records.systems[s]))
+    order = sorted(range(records.n_systems), key=lambda s: (-round(all_stats[s].mean, 12), records.systems[s]))
     ranks = {s: r + 1 for r, s in enumerate(order)}
     alpha = 1.0 - level
     adjacent = _comparisons(
@@ -933,7 +967,7 @@ def leaderboard(
         alpha,
     )
     full = None
-    if matrix:
+    if matrix or ties == "leader":
         full = _comparisons(
             [
                 _compare(records, order[i], order[j], ranks, labels)
@@ -955,6 +989,7 @@ def leaderboard(
         rows=tuple(LeaderboardRow(ranks[s], all_stats[s]) for s in order),
         adjacent=adjacent,
         matrix=full,
-        tie_groups=tie_groups(ranked_names, adjacent),
-        definition=TIE_DEFINITION,
+        ties=ties,
+        tie_groups=tie_groups(ranked_names, adjacent) if ties == "adjacent" else leader_tie_groups(ranked_names, full),
+        definition=TIE_DEFINITIONS[ties],
     )

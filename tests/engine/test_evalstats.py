@@ -370,6 +370,13 @@ def test_leaderboard_separates_far_systems_and_ties_equal_ones():
     with pytest.raises(E.StatsInputError) as exc:
         E.leaderboard(rec, cluster="nope")
     assert exc.value.field == "cluster"
+    with pytest.raises(E.StatsInputError) as exc:
+        E.leaderboard(rec, ties="transitive")
+    assert exc.value.field == "ties"
+    leader = E.leaderboard(rec, ties="leader")
+    _check_leader_groups(leader)
+    assert [(g.first_rank, g.last_rank) for g in leader.tie_groups] == [(1, 1), (2, 3), (4, 4)]
+    assert leader.tie_groups[0].description == "rank 1 forms a group of its own"
 
 
 def _check_partition(lb):
@@ -378,6 +385,16 @@ def _check_partition(lb):
     for c in lb.adjacent:  # a group boundary exactly where an adjacent lead is distinguishable
         same = any(c.higher in g.systems and c.lower in g.systems for g in lb.tie_groups)
         assert same != c.distinguishable
+
+
+def _check_leader_groups(lb):
+    distinct = {(c.rank_higher, c.rank_lower): c.distinguishable for c in lb.matrix}
+    names = [r.stats.system for r in lb.rows]
+    assert [s for g in lb.tie_groups for s in g.systems] == names
+    for g in lb.tie_groups:
+        assert all(not distinct[(g.first_rank, r)] for r in range(g.first_rank + 1, g.last_rank + 1))
+        if g.last_rank < len(names):  # the run stops at the first rank distinguishable from the leader
+            assert distinct[(g.first_rank, g.last_rank + 1)]
 
 
 def _boundaries(lb):
@@ -399,6 +416,9 @@ def test_swebench_lite_tie_groups():
     assert c.p_value == pytest.approx(stats.binomtest(a, a + b, 0.5).pvalue, rel=1e-12)
     clustered = E.leaderboard(rec, cluster="group", matrix=True)
     _check_partition(clustered)
+    leader = E.leaderboard(rec, cluster="group", ties="leader")
+    _check_leader_groups(leader)
+    assert leader.matrix is not None and leader.definition == E.TIE_DEFINITIONS["leader"]
     assert clustered.n_clusters == 12 and len(clustered.matrix) == 42 * 41 // 2
     top = clustered.rows[0].stats
     assert top.clustered.design_effect > 1  # tasks of one repository resemble each other
@@ -424,5 +444,6 @@ def test_terminal_bench_pass_hat_k_from_real_trials():
         assert curve[0].pass_at_k == pytest.approx(np.nanmean(rec.y[s]))
     lb = E.leaderboard(rec, cluster="group")
     _check_partition(lb)
+    _check_leader_groups(E.leaderboard(rec, cluster="group", ties="leader"))
     assert all(c.test == "paired_t_clustered" for c in lb.adjacent)
     assert all(r.stats.clopper_pearson is None for r in lb.rows)  # repeated trials

@@ -1,0 +1,67 @@
+"""The ``leaderboard`` and ``stats`` subcommands (SPEC §8) end to end through ``service.cli``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service.cli import main
+
+CSV = "system,task_id,trial,outcome,group\n" + "".join(
+    f"{s},t{t},{i},{int((t * 7 + i * 3 + len(s)) % 10 < cut)},g{t % 4}\n"
+    for s, cut in (("alpha", 8), ("beta", 5), ("gamma", 2))
+    for t in range(40)
+    for i in range(3)
+)
+
+
+@pytest.fixture
+def records(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text(CSV)
+    return str(path)
+
+
+def test_leaderboard_table_and_json(records, capsys):
+    assert main(["leaderboard", records, "--cluster", "group", "--matrix"]) == 0
+    out = capsys.readouterr().out
+    assert "clustered by group (4 clusters)" in out and "pass@3" in out and "Pairwise matrix" in out
+    assert main(["leaderboard", records, "--format", "json", "--correction", "bh", "--ties", "leader"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["stats"]["system"] for r in doc["rows"]] == ["alpha", "beta", "gamma"]
+    assert doc["correction"] == "bh" and doc["ties"] == "leader" and len(doc["matrix"]) == 3
+    assert sum(len(g["systems"]) for g in doc["tie_groups"]) == 3
+
+
+def test_leaderboard_errors(records, tmp_path, capsys):
+    assert main(["leaderboard", records, "--cluster", "repo"]) == 2
+    assert "--cluster" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("system,task_id,outcome\nA,t1,2\nB,t1,0\n")
+    assert main(["leaderboard", str(bad)]) == 2
+    assert "row 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["leaderboard", records, "--level", "1.5"])
+
+
+def test_stats_calculators(capsys):
+    assert main(["stats", "passk", "--n", "5", "--c", "2", "--k", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["pass_at_k"] == pytest.approx(0.7)
+    assert main(["stats", "runs", "--max-failure-rate", "0.05"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 59
+    assert main(["stats", "tasks", "--margin", "0.03"]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"] == 1068
+    assert main(["stats", "bound", "--successes", "20", "--n", "20"]) == 0
+    assert round(json.loads(capsys.readouterr().out)["failure_upper"], 4) == 0.1391
+    assert main(["stats", "passk", "--n", "3", "--c", "1", "--k", "4"]) == 2
+    assert "k:" in capsys.readouterr().err
+
+
+def test_stats_pair_is_seeded(records, capsys):
+    args = ["stats", "pair", records, "alpha", "beta", "--seed", "3", "--boot", "500"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    assert first["bootstrap"]["low"] < first["diff"] < first["bootstrap"]["high"]
