@@ -1,0 +1,72 @@
+"""The one settings object. Only this module reads the environment (prefix ``SUFFICIENCY_``).
+
+Defaults are the embedded setup: a SQLite file under ``data_dir`` and an in-process job
+runner, so a fresh checkout serves without any other server. Production sets
+``SUFFICIENCY_DATABASE_URL`` (Postgres) and ``SUFFICIENCY_BROKER_URL`` (Redis, Celery).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SUFFICIENCY_", env_file=None, extra="ignore")
+
+    environment: Literal["development", "production", "test"] = "development"
+    data_dir: Path = Path("./data")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default: a SQLite file in data_dir."
+    )
+    broker_url: str | None = Field(
+        default=None, description="Celery broker (redis://...); unset = in-process job runner."
+    )
+    celery_queue: str = "sufficiency"
+    visibility_timeout: int = Field(
+        default=3600, ge=1, description="Seconds before Redis redelivers an unacknowledged task."
+    )
+    migrate_on_start: bool | None = Field(
+        default=None, description="Run `alembic upgrade head` at app start; default: only on SQLite."
+    )
+    migrations_dir: Path = REPO_ROOT / "migrations"
+
+    max_upload_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
+    chunk_pairs: int = Field(default=64, ge=1, description="Pairs per replay chunk (one job each).")
+    runner_threads: int = Field(default=1, ge=1, description="Threads of the in-process job runner.")
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    stale_after_seconds: float = Field(
+        default=300.0, gt=0, description="A running chunk without heartbeat this long is re-dispatched."
+    )
+    sweep_seconds: float = Field(default=30.0, gt=0, description="How often a worker looks for stale chunks.")
+    task_max_retries: int = Field(default=3, ge=0)
+
+    db_pool_size: int = Field(default=5, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
+    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+
+    @model_validator(mode="after")
+    def _production_is_explicit(self) -> Settings:
+        # Production must not silently fall back to a local SQLite file or in-process jobs.
+        if self.environment == "production" and (self.database_url is None or self.broker_url is None):
+            raise ValueError("production needs SUFFICIENCY_DATABASE_URL and SUFFICIENCY_BROKER_URL")
+        return self
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'sufficiency.db').resolve()}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.sqlalchemy_url.startswith("sqlite")
+
+    @property
+    def should_migrate_on_start(self) -> bool:
+        return self.is_sqlite if self.migrate_on_start is None else self.migrate_on_start

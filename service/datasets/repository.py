@@ -1,0 +1,35 @@
+"""All SQL about datasets. Functions only flush; the caller commits."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, undefer
+
+from service.datasets.models import Dataset
+
+
+def get(session: Session, dataset_id: uuid.UUID, *, with_content: bool = False) -> Dataset | None:
+    stmt = select(Dataset).where(Dataset.id == dataset_id)
+    if with_content:
+        stmt = stmt.options(undefer(Dataset.content))
+    return session.scalars(stmt).one_or_none()
+
+
+def get_by_hash(session: Session, content_hash: str) -> Dataset | None:
+    return session.scalars(select(Dataset).where(Dataset.content_hash == content_hash)).one_or_none()
+
+
+def page(session: Session, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
+    total = session.scalar(select(func.count()).select_from(Dataset)) or 0
+    rows = session.scalars(
+        select(Dataset).order_by(Dataset.created_at.desc(), Dataset.id).limit(limit).offset(offset)
+    ).all()
+    return list(rows), total
+
+
+def add(session: Session, dataset: Dataset) -> Dataset:
+    session.add(dataset)
+    session.flush()
+    return dataset

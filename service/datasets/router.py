@@ -1,0 +1,159 @@
+"""``/v1/datasets``: upload (multipart file or JSON rows), list, read."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response, status
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.requests import ClientDisconnect
+
+from service.datasets import repository, service
+from service.datasets.schemas import DatasetPage, DatasetRead, DatasetRowsCreate
+from service.deps import SessionDep
+from service.errors import BadRequest, NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType, responses
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+FORMATS = ("csv", "jsonl")
+
+
+@dataclass(frozen=True)
+class Upload:
+    name: str
+    content: bytes
+    fmt: str | None
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) as soon as it exceeds ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the upload is {int(declared)} bytes; the limit is {limit} bytes")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"the upload exceeds the limit of {limit} bytes")
+            parts.append(chunk)
+    except ClientDisconnect:
+        raise BadRequest("the client disconnected during the upload") from None
+    return b"".join(parts)
+
+
+def _format_of(fmt: str | None, filename: str | None) -> str | None:
+    if fmt:
+        fmt = fmt.lower()
+        if fmt not in FORMATS:
+            raise Unprocessable([{"row": None, "field": "format", "message": f"must be one of {', '.join(FORMATS)}"}])
+        return fmt
+    lower = (filename or "").lower()
+    if lower.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    if lower.endswith((".csv", ".tsv", ".txt")):
+        return "csv"
+    return None
+
+
+async def read_upload(request: Request) -> Upload:
+    """Accept ``multipart/form-data`` (fields ``file``, optional ``name``, ``format``) or
+    ``application/json`` (``DatasetRowsCreate``), within the configured size limit."""
+    limit = request.app.state.settings.max_upload_bytes
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await _read_capped(request, limit)
+    if ctype == "application/json":
+        try:
+            payload = DatasetRowsCreate.model_validate(json.loads(body or b"null"))
+        except json.JSONDecodeError as exc:
+            raise Unprocessable([{"row": None, "field": "body", "message": f"not valid JSON: {exc.msg}"}]) from None
+        except ValidationError as exc:
+            detail = [
+                {"row": None, "field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
+                for e in exc.errors()
+            ]
+            raise Unprocessable(detail) from None
+        return Upload(payload.name, service.rows_to_jsonl(payload.rows), "jsonl")
+    if ctype != "multipart/form-data":
+        raise UnsupportedMediaType("send multipart/form-data with a 'file' field, or application/json rows")
+
+    async def replay_body() -> dict[str, object]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    form_request = Request(request.scope, receive=replay_body)
+    form = await form_request.form(max_files=1, max_fields=10)
+    try:
+        file = form.get("file")
+        if not isinstance(file, UploadFile):
+            raise Unprocessable([{"row": None, "field": "file", "message": "a file field named 'file' is required"}])
+        content = await file.read()
+        name = form.get("name")
+        fmt = form.get("format")
+        return Upload(
+            name=str(name) if isinstance(name, str) and name else (file.filename or "dataset"),
+            content=content,
+            fmt=_format_of(fmt if isinstance(fmt, str) else None, file.filename),
+        )
+    finally:
+        await form.close()
+
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "CSV or JSONL records"},
+                        "name": {"type": "string"},
+                        "format": {"type": "string", "enum": list(FORMATS)},
+                    },
+                }
+            },
+            "application/json": {"schema": {"$ref": "#/components/schemas/DatasetRowsCreate"}},
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    response_model=DatasetRead,
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=_UPLOAD_BODY,
+    responses={
+        200: {"model": DatasetRead, "description": "The same content was uploaded before: the stored dataset"},
+        **responses(BadRequest, PayloadTooLarge, UnsupportedMediaType, Unprocessable),
+    },
+    summary="Upload a dataset (validated per SPEC §1; stored once per content)",
+)
+def create_dataset(upload: Annotated[Upload, Depends(read_upload)], session: SessionDep, response: Response):
+    dataset, created = service.create(session, name=upload.name, content=upload.content, fmt=upload.fmt)
+    response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+    response.headers["Location"] = f"/v1/datasets/{dataset.id}"
+    return dataset
+
+
+@router.get("", response_model=DatasetPage, summary="List datasets, newest first")
+def list_datasets(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> DatasetPage:
+    items, total = repository.page(session, limit=limit, offset=offset)
+    return DatasetPage(
+        items=[DatasetRead.model_validate(d) for d in items], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{dataset_id}", response_model=DatasetRead, responses=responses(NotFound))
+def get_dataset(dataset_id: uuid.UUID, session: SessionDep):
+    return service.get(session, dataset_id)

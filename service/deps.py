@@ -1,0 +1,42 @@
+"""FastAPI dependencies: the request's session (it owns the transaction) and the app state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.db import IMMEDIATE
+from service.jobs import JobRunner
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One transaction per request: committed after the endpoint returns (before the
+    response is sent, so a client never sees a 201 for a row that is not there), rolled
+    back on any error. Jobs enqueued during the request go out only after the commit."""
+    factory = request.app.state.sessionmaker
+    with factory() as session:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            session.connection(execution_options={IMMEDIATE: True})
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_runner(request: Request) -> JobRunner:
+    return request.app.state.runner
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RunnerDep = Annotated[JobRunner, Depends(get_runner)]

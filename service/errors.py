@@ -1,0 +1,95 @@
+"""Errors that carry their HTTP status, and the one handler that renders them.
+
+Lower layers raise domain errors (``RecordsError``, ``SpecError``); the service layer
+translates them once into a ``ServiceError`` so every response body has the same shape:
+``{"error": <code>, "detail": <message or list of problems>}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: str
+    detail: Any = None
+
+
+class ServiceError(Exception):
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, detail: Any = None, *, headers: dict[str, str] | None = None):
+        self.detail = detail if detail is not None else self.code.replace("_", " ")
+        self.headers = headers
+        super().__init__(str(self.detail))
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+    code = "bad_request"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
+class Unprocessable(ServiceError):
+    """Input that parses but is not valid (records, replay spec); ``detail`` names the field/row."""
+
+    status_code = 422
+    code = "invalid_input"
+
+
+class ServiceUnavailable(ServiceError):
+    status_code = 503
+    code = "unavailable"
+
+
+def responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entries for the errors an endpoint can raise."""
+    return {e.status_code: {"model": ErrorBody, "description": e.code} for e in errors}
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+        body = ErrorBody(error=exc.code, detail=exc.detail).model_dump(mode="json")
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = [
+            {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"error": "invalid_input", "detail": detail}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse({"error": code, "detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)

@@ -1,0 +1,196 @@
+"""Background jobs: sent only after the enqueuing transaction commits.
+
+Two runners share one contract (``send(name, *args)``) and the same task functions
+(``TASKS``, registered by the domain ``tasks`` modules):
+
+- ``CeleryRunner`` publishes to Redis; ``sufficiency worker`` (``workers/``) executes.
+- ``InProcessRunner`` executes in a small thread pool inside the API process: the embedded
+  default, with no broker or worker to start.
+
+Code enqueues with ``enqueue(session, name, *args)``; the job goes out from the session's
+``after_commit`` hook and is dropped if the transaction rolls back, so a worker never
+looks for a row that is not committed yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.config import Settings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+log = logging.getLogger(__name__)
+
+_PENDING = "sufficiency_pending_jobs"
+
+
+class JobRunner(Protocol):
+    def send(self, name: str, *args: Any) -> None: ...
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class TaskContext:
+    """What a task needs: it opens its own sessions and may enqueue follow-up tasks."""
+
+    settings: Settings
+    sessionmaker: sessionmaker[Session]
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+TaskFn = Callable[..., None]
+TASKS: dict[str, TaskFn] = {}
+
+
+def task(name: str) -> Callable[[TaskFn], TaskFn]:
+    """Register ``fn(ctx, *args)`` under a task name shared by both runners."""
+
+    def register(fn: TaskFn) -> TaskFn:
+        TASKS[name] = fn
+        return fn
+
+    return register
+
+
+def load_tasks() -> None:
+    import service.replays.tasks  # noqa: F401  (registers replays.*)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth a retry: the database was busy or the connection dropped."""
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
+def enqueue(session: Session, name: str, *args: Any) -> None:
+    """Send task ``name`` once ``session`` commits (never if it rolls back)."""
+    session.info.setdefault(_PENDING, []).append((name, args))
+
+
+def bind_runner(factory: sessionmaker[Session], runner: JobRunner) -> None:
+    """Make sessions from ``factory`` hand their enqueued jobs to ``runner`` after commit."""
+
+    @event.listens_for(factory, "after_commit")
+    def _send(session: Session) -> None:
+        jobs = session.info.pop(_PENDING, [])
+        for name, args in jobs:
+            runner.send(name, *args)
+
+    @event.listens_for(factory, "after_rollback")
+    def _drop(session: Session) -> None:
+        if not session.in_nested_transaction():
+            session.info.pop(_PENDING, None)
+
+
+# --------------------------------------------------------------------------- Celery
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings for the producer (API) and the worker alike."""
+    return {
+        "broker_url": settings.broker_url,
+        "task_default_queue": settings.celery_queue,
+        "task_acks_late": True,  # a task killed mid-run is redelivered, not lost
+        "task_reject_on_worker_lost": True,
+        "task_ignore_result": True,  # results live in the database
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        "broker_connection_retry_on_startup": True,
+        "worker_enable_remote_control": False,
+        "worker_send_task_events": False,
+        "worker_hijack_root_logger": False,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+    }
+
+
+def make_celery(settings: Settings) -> Celery:
+    from celery import Celery
+
+    app = Celery("sufficiency", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    return app
+
+
+class CeleryRunner:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.app = make_celery(settings)
+
+    def send(self, name: str, *args: Any) -> None:
+        self.app.send_task(name, args=list(args), queue=self.settings.celery_queue)
+
+    def ping(self) -> None:
+        with self.app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+class InProcessRunner:
+    """Runs tasks on threads of this process, retrying transient errors a bounded number
+    of times like the Celery tasks do."""
+
+    def __init__(self, ctx: TaskContext, threads: int):
+        self.ctx = ctx
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sufficiency-job")
+        self._inflight = 0
+        self._idle = threading.Condition()
+        load_tasks()
+
+    def send(self, name: str, *args: Any) -> None:
+        if name not in TASKS:
+            raise KeyError(f"unknown task {name}")
+        if self.ctx.stop.is_set():  # shutting down: recovered at the next start
+            return
+        with self._idle:
+            self._inflight += 1
+        self.pool.submit(self._run, name, args)
+
+    def _run(self, name: str, args: tuple[Any, ...]) -> None:
+        try:
+            for attempt in range(self.ctx.settings.task_max_retries + 1):
+                if self.ctx.stop.is_set():
+                    return
+                try:
+                    TASKS[name](self.ctx, *args)
+                    return
+                except Exception as exc:
+                    if not is_transient(exc) or attempt == self.ctx.settings.task_max_retries:
+                        log.exception("task %s%r failed", name, args)
+                        return
+                    time.sleep(0.2 * 2**attempt)
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no task is queued or running (tests, the demo)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout)
+
+    def ping(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.ctx.stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,118 @@
+"""The FastAPI application factory.
+
+``create_app(settings)`` wires routers and error handlers; the lifespan builds what holds
+resources (engine, sessionmaker, job runner) so tests and workers can build their own.
+On the embedded default (SQLite) the lifespan also applies the migrations, so one
+command gives a working service.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from service import __version__
+from service.config import Settings
+from service.db import make_engine, make_sessionmaker, run_migrations
+from service.errors import ErrorBody, install_handlers
+from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, bind_runner
+
+log = logging.getLogger(__name__)
+
+ROUTERS = (
+    "service.datasets.router",
+    "service.replays.router",
+)
+"""Modules exposing ``router``; a domain adds itself here (missing modules are skipped)."""
+
+
+def build_runner(settings: Settings, ctx: TaskContext) -> JobRunner:
+    if settings.broker_url:
+        return CeleryRunner(settings)
+    return InProcessRunner(ctx, settings.runner_threads)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    if settings.should_migrate_on_start:
+        run_migrations(settings.sqlalchemy_url, settings.migrations_dir)
+    engine = make_engine(
+        settings.sqlalchemy_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+    )
+    factory = make_sessionmaker(engine)
+    ctx = TaskContext(settings=settings, sessionmaker=factory)
+    runner = build_runner(settings, ctx)
+    bind_runner(factory, runner)
+    app.state.engine, app.state.sessionmaker, app.state.runner = engine, factory, runner
+    if isinstance(runner, InProcessRunner):
+        from service.replays.tasks import resume_all
+
+        resumed = resume_all(ctx)
+        if resumed:
+            log.info("resumed %d unfinished replay(s)", resumed)
+    try:
+        yield
+    finally:
+        runner.close()
+        engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(
+        title="Sufficiency",
+        version=__version__,
+        summary="When is a partial agent-benchmark run enough? Datasets, replays, reports.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_handlers(app)
+    for name in ROUTERS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["health"], summary="The process is up")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="The database (and the broker, when configured) answer",
+        responses={503: {"model": ErrorBody}},
+    )
+    def readyz(request: Request) -> Any:
+        checks: dict[str, str] = {}
+        try:
+            with request.app.state.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            checks["database"] = "ok"
+        except Exception as exc:  # report, do not raise: this endpoint exists to say what is down
+            checks["database"] = f"error: {type(exc).__name__}"
+        if settings.broker_url:
+            try:
+                request.app.state.runner.ping()
+                checks["broker"] = "ok"
+            except Exception as exc:
+                checks["broker"] = f"error: {type(exc).__name__}"
+        if all(v == "ok" for v in checks.values()):
+            return {"status": "ok", "checks": checks}
+        return JSONResponse({"error": "not_ready", "detail": checks}, status_code=503)
+
+    return app

@@ -1,0 +1,212 @@
+"""All SQL about replays, chunks and metric rows. Functions only flush; the caller commits."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, undefer
+
+from service.db import utcnow
+from service.replays.models import (
+    CHUNK_DONE,
+    CHUNK_PENDING,
+    CHUNK_RUNNING,
+    FINISHED,
+    RUNNING,
+    MetricRow,
+    Replay,
+    ReplayChunk,
+)
+
+
+def get(session: Session, replay_id: uuid.UUID, *, lock: bool = False, report: bool = False) -> Replay | None:
+    """``lock`` takes the row lock (Postgres ``FOR UPDATE``): used to serialize the steps
+    that change a replay's status, so exactly one worker finalizes it."""
+    stmt = select(Replay).where(Replay.id == replay_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    if report:
+        stmt = stmt.options(undefer(Replay.report_json), undefer(Replay.report_csv))
+    return session.scalars(stmt).one_or_none()
+
+
+def page(
+    session: Session, *, limit: int, offset: int, dataset_id: uuid.UUID | None = None, status: str | None = None
+) -> tuple[list[Replay], int]:
+    stmt = select(Replay)
+    if dataset_id is not None:
+        stmt = stmt.where(Replay.dataset_id == dataset_id)
+    if status is not None:
+        stmt = stmt.where(Replay.status == status)
+    total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    rows = session.scalars(stmt.order_by(Replay.created_at.desc(), Replay.id).limit(limit).offset(offset)).all()
+    return list(rows), total
+
+
+def add(session: Session, replay: Replay, bounds: Sequence[tuple[int, int]]) -> Replay:
+    session.add(replay)
+    session.flush()
+    session.add_all(
+        ReplayChunk(replay_id=replay.id, chunk_index=i, start=a, stop=b) for i, (a, b) in enumerate(bounds)
+    )
+    session.flush()
+    return replay
+
+
+def done_counts(session: Session, replay_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:
+    """``{replay_id: (done chunks, done pairs)}``."""
+    ids = list(replay_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(ReplayChunk.replay_id, func.count(), func.coalesce(func.sum(ReplayChunk.stop - ReplayChunk.start), 0))
+        .where(ReplayChunk.replay_id.in_(ids), ReplayChunk.status == CHUNK_DONE)
+        .group_by(ReplayChunk.replay_id)
+    ).all()
+    out = {i: (0, 0) for i in ids}
+    out.update({r[0]: (int(r[1]), int(r[2])) for r in rows})
+    return out
+
+
+def get_chunk(session: Session, replay_id: uuid.UUID, index: int) -> ReplayChunk | None:
+    return session.scalars(
+        select(ReplayChunk).where(ReplayChunk.replay_id == replay_id, ReplayChunk.chunk_index == index)
+    ).one_or_none()
+
+
+def unfinished_chunks(session: Session, replay_id: uuid.UUID) -> list[ReplayChunk]:
+    return list(
+        session.scalars(
+            select(ReplayChunk)
+            .where(ReplayChunk.replay_id == replay_id, ReplayChunk.status != CHUNK_DONE)
+            .order_by(ReplayChunk.chunk_index)
+        )
+    )
+
+
+def claim_chunk(session: Session, chunk: ReplayChunk) -> None:
+    chunk.status = CHUNK_RUNNING
+    chunk.attempts += 1
+    chunk.heartbeat_at = utcnow()
+    session.flush()
+
+
+def heartbeat(session: Session, chunk_id: int) -> None:
+    session.execute(
+        update(ReplayChunk)
+        .where(ReplayChunk.id == chunk_id, ReplayChunk.status == CHUNK_RUNNING)
+        .values(heartbeat_at=utcnow())
+    )
+
+
+def status_of(session: Session, replay_id: uuid.UUID) -> str | None:
+    return session.scalar(select(Replay.status).where(Replay.id == replay_id))
+
+
+def store_chunk_result(session: Session, replay_id: uuid.UUID, index: int, result: bytes) -> bool:
+    """Store a chunk's result once: a second delivery of the same chunk changes nothing.
+    Returns whether this call stored it."""
+    res = session.execute(
+        update(ReplayChunk)
+        .where(
+            ReplayChunk.replay_id == replay_id,
+            ReplayChunk.chunk_index == index,
+            ReplayChunk.status != CHUNK_DONE,
+        )
+        .values(status=CHUNK_DONE, result=result, finished_at=utcnow())
+    )
+    return res.rowcount == 1
+
+
+def chunk_results(session: Session, replay_id: uuid.UUID) -> list[bytes]:
+    rows = session.execute(
+        select(ReplayChunk.result)
+        .where(ReplayChunk.replay_id == replay_id, ReplayChunk.status == CHUNK_DONE)
+        .order_by(ReplayChunk.chunk_index)
+    ).all()
+    return [r[0] for r in rows]
+
+
+def stale_chunks(session: Session, older_than: datetime) -> list[ReplayChunk]:
+    """Running chunks of running replays whose worker stopped sending heartbeats."""
+    return list(
+        session.scalars(
+            select(ReplayChunk)
+            .join(Replay, Replay.id == ReplayChunk.replay_id)
+            .where(
+                Replay.status == RUNNING,
+                ReplayChunk.status == CHUNK_RUNNING,
+                ReplayChunk.heartbeat_at < older_than,
+            )
+            .with_for_update(of=ReplayChunk, skip_locked=True)
+        )
+    )
+
+
+def release_chunk(chunk: ReplayChunk) -> None:
+    chunk.status = CHUNK_PENDING
+
+
+def unfinished_replays(session: Session) -> list[Replay]:
+    return list(session.scalars(select(Replay).where(Replay.status.not_in(FINISHED)).order_by(Replay.created_at)))
+
+
+def running_replays_all_done(session: Session) -> list[uuid.UUID]:
+    """Running replays whose chunks are all stored but that were never finalized."""
+    done = (
+        select(func.count())
+        .where(ReplayChunk.replay_id == Replay.id, ReplayChunk.status == CHUNK_DONE)
+        .scalar_subquery()
+    )
+    return list(session.scalars(select(Replay.id).where(Replay.status == RUNNING, done >= Replay.n_chunks)))
+
+
+def reset_running_chunks(session: Session, replay_id: uuid.UUID) -> None:
+    session.execute(
+        update(ReplayChunk)
+        .where(ReplayChunk.replay_id == replay_id, ReplayChunk.status == CHUNK_RUNNING)
+        .values(status=CHUNK_PENDING)
+    )
+
+
+def add_metric_rows(session: Session, replay_id: uuid.UUID, rows: Iterable[dict[str, Any]]) -> int:
+    values = [
+        {
+            "replay_id": replay_id,
+            "policy": str(r["policy"]),
+            "grouping": None if r.get("group") is None else str(r["group"]),
+            "floor": str(r["floor"]),
+            "a": float(r["a"]),
+            "bootstrap": str(r["bootstrap"]),
+            "delta": float(r["delta"]),
+            "budget": float(r["budget"]),
+            "metric": str(r["metric"]),
+            "value": None if r.get("value") is None else float(r["value"]),
+        }
+        for r in rows
+    ]
+    if values:
+        session.execute(MetricRow.__table__.insert(), values)
+    return len(values)
+
+
+def metric_page(
+    session: Session, replay_id: uuid.UUID, filters: dict[str, Any], *, limit: int, offset: int
+) -> tuple[list[MetricRow], int]:
+    stmt = select(MetricRow).where(MetricRow.replay_id == replay_id)
+    for name in ("policy", "metric", "floor", "bootstrap"):
+        if filters.get(name) is not None:
+            stmt = stmt.where(getattr(MetricRow, name) == filters[name])
+    if filters.get("group") is not None:
+        stmt = stmt.where(MetricRow.grouping == filters["group"])
+    for name in ("delta", "budget", "a"):  # floats from JSON: compare with a tolerance
+        if filters.get(name) is not None:
+            col = getattr(MetricRow, name)
+            stmt = stmt.where(col.between(filters[name] - 1e-9, filters[name] + 1e-9))
+    total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    rows = session.scalars(stmt.order_by(MetricRow.id).limit(limit).offset(offset)).all()
+    return list(rows), total

@@ -1,0 +1,143 @@
+"""``/v1/replays``: submit, follow, cancel, and fetch reports and metric rows."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response, status
+
+from service.deps import SessionDep, SettingsDep
+from service.errors import Conflict, NotFound, Unprocessable, responses
+from service.replays import repository, service
+from service.replays.schemas import MetricPage, MetricRowRead, ReplayCreate, ReplayPage, ReplayRead, Status
+
+router = APIRouter(prefix="/v1/replays", tags=["replays"])
+
+
+def _not_modified(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag in tags
+
+
+@router.post(
+    "",
+    response_model=ReplayRead,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=responses(Unprocessable),
+    summary="Submit a replay; it runs in the background",
+)
+def create_replay(body: ReplayCreate, session: SessionDep, settings: SettingsDep, response: Response) -> ReplayRead:
+    replay = service.create(session, body, settings)
+    response.headers["Location"] = f"/v1/replays/{replay.id}"
+    return service.to_read(replay, (0, 0))
+
+
+@router.get("", response_model=ReplayPage, summary="List replays, newest first")
+def list_replays(
+    session: SessionDep,
+    dataset_id: uuid.UUID | None = None,
+    status: Status | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> ReplayPage:
+    items, total = repository.page(session, limit=limit, offset=offset, dataset_id=dataset_id, status=status)
+    done = repository.done_counts(session, [r.id for r in items])
+    return ReplayPage(
+        items=[service.to_read(r, done[r.id]) for r in items], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{replay_id}", response_model=ReplayRead, responses=responses(NotFound))
+def get_replay(replay_id: uuid.UUID, session: SessionDep) -> ReplayRead:
+    return service.read(session, service.get(session, replay_id))
+
+
+@router.delete(
+    "/{replay_id}",
+    response_model=ReplayRead,
+    responses=responses(NotFound, Conflict),
+    summary="Cancel a queued or running replay",
+)
+def cancel_replay(replay_id: uuid.UUID, session: SessionDep) -> ReplayRead:
+    return service.read(session, service.cancel(session, replay_id))
+
+
+_REPORT_RESPONSES = {
+    304: {"description": "Not modified (If-None-Match matched the ETag)"},
+    **responses(NotFound, Conflict),
+}
+
+
+@router.get(
+    "/{replay_id}/report",
+    responses={200: {"content": {"application/json": {}}, "description": "The report document"}, **_REPORT_RESPONSES},
+    response_class=Response,
+    summary="The report: the same bytes `sufficiency replay --format json` prints",
+)
+def get_report(
+    replay_id: uuid.UUID, session: SessionDep, if_none_match: Annotated[str | None, Header()] = None
+) -> Response:
+    replay = service.get(session, replay_id)
+    if replay.status == "succeeded" and replay.report_etag and _not_modified(if_none_match, replay.report_etag):
+        return Response(status_code=304, headers={"ETag": replay.report_etag})
+    replay = service.finished_report(session, replay_id)
+    return Response(
+        replay.report_json, media_type="application/json", headers={"ETag": replay.report_etag or ""}
+    )
+
+
+@router.get(
+    "/{replay_id}/report.csv",
+    responses={200: {"content": {"text/csv": {}}, "description": "The report as CSV"}, **_REPORT_RESPONSES},
+    response_class=Response,
+)
+def get_report_csv(
+    replay_id: uuid.UUID, session: SessionDep, if_none_match: Annotated[str | None, Header()] = None
+) -> Response:
+    replay = service.finished_report(session, replay_id)
+    body = replay.report_csv or b""
+    etag = service.etag_of(body)
+    if _not_modified(if_none_match, etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(body, media_type="text/csv; charset=utf-8", headers={"ETag": etag})
+
+
+@router.get(
+    "/{replay_id}/metrics",
+    response_model=MetricPage,
+    responses=responses(NotFound, Conflict),
+    summary="Query the report's metric rows",
+)
+def get_metrics(
+    replay_id: uuid.UUID,
+    session: SessionDep,
+    policy: str | None = None,
+    metric: str | None = None,
+    delta: float | None = None,
+    budget: float | None = None,
+    floor: str | None = None,
+    group: str | None = None,
+    a: float | None = None,
+    bootstrap: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> MetricPage:
+    replay = service.get(session, replay_id)
+    if replay.status != "succeeded":
+        raise Conflict(f"replay {replay_id} is {replay.status}; metrics exist once it has succeeded")
+    filters = {
+        "policy": policy, "metric": metric, "delta": delta, "budget": budget,
+        "floor": floor, "group": group, "a": a, "bootstrap": bootstrap,
+    }
+    rows, total = repository.metric_page(session, replay_id, filters, limit=limit, offset=offset)
+    items = [
+        MetricRowRead(
+            policy=r.policy, group=r.grouping, floor=r.floor, a=r.a, bootstrap=r.bootstrap,
+            delta=r.delta, budget=r.budget, metric=r.metric, value=r.value,
+        )
+        for r in rows
+    ]
+    return MetricPage(items=items, total=total, limit=limit, offset=offset)

@@ -1,0 +1,100 @@
+"""Replay request and response bodies. The create body mirrors ``sufficiency replay``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class CustomPolicy(BaseModel):
+    """A policy outside the named ones (SPEC §4): an order, a rule, coverage-aware or not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    order: Literal["uniform", "stratified", "cost_ascending", "neyman"]
+    rule: Literal["forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime"]
+    coverage_aware: bool = False
+
+
+class ReplayCreate(BaseModel):
+    """A dataset and the replay spec; omitted options take the engine defaults (SPEC §3–§6)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_id: uuid.UUID
+    policies: list[str | CustomPolicy] | None = Field(
+        default=None, description="Named policies (SPEC §4.3) or custom ones; default coverage_bootstrap."
+    )
+    deltas: list[float] | None = Field(default=None, description="Thresholds δ in percentage points.")
+    budgets: list[float] | str | None = Field(
+        default=None, description="Budget fractions, or 'start:stop:step' / '0.1,0.25'."
+    )
+    orders: int | None = Field(default=None, description="Sampled orders R per pair.")
+    bootstrap: list[int | Literal["exact"]] | None = Field(default=None, description="Resample counts B.")
+    a: list[float] | None = Field(default=None, description="Rule levels.")
+    floors: list[Literal["proportional", "slack", "one_per_group", "none"]] | None = None
+    groups: list[str | None] | None = Field(
+        default=None, description="Grouping keys: a metadata column, 'col1,col2', or null for one group."
+    )
+    orientation: Literal["directed", "one_per_pair"] | None = None
+    min_task_coverage: float | None = None
+    alpha: float | None = None
+    gamma: float | None = None
+    eta: float | None = None
+    seed: int | None = None
+    seeds: int | None = None
+
+
+class ReplayLinks(BaseModel):
+    self: str
+    report: str
+    report_csv: str
+    metrics: str
+
+
+class ReplayRead(BaseModel):
+    id: uuid.UUID
+    dataset_id: uuid.UUID
+    status: Status
+    progress: float = Field(description="Share of pairs replayed, in [0, 1].")
+    n_pairs: int
+    n_chunks: int
+    chunks_done: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    spec: dict[str, Any]
+    links: ReplayLinks
+
+
+class ReplayPage(BaseModel):
+    items: list[ReplayRead]
+    total: int
+    limit: int
+    offset: int
+
+
+class MetricRowRead(BaseModel):
+    policy: str
+    group: str | None
+    floor: str
+    a: float
+    bootstrap: str
+    delta: float
+    budget: float
+    metric: str
+    value: float | None
+
+
+class MetricPage(BaseModel):
+    items: list[MetricRowRead]
+    total: int
+    limit: int
+    offset: int

@@ -1,0 +1,166 @@
+"""Replay use cases: submit (validate, plan, chunk, enqueue), read, cancel, report."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import OrderedDict
+from threading import Lock
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.datasets import repository as datasets_repo
+from service.datasets import service as datasets
+from service.db import utcnow
+from service.engine.spec import SpecError, make_spec, parse_budgets
+from service.errors import Conflict, NotFound, Unprocessable
+from service.jobs import enqueue
+from service.replays import repository
+from service.replays.models import CANCELLED, FINISHED, SUCCEEDED, Replay
+from service.replays.schemas import ReplayCreate, ReplayLinks, ReplayRead
+
+
+def spec_error_detail(exc: SpecError) -> list[dict[str, Any]]:
+    return [{"field": exc.field, "message": exc.message}]
+
+
+def chunk_bounds(n_pairs: int, chunk_pairs: int) -> list[tuple[int, int]]:
+    """Split pairs ``[0, n_pairs)`` into contiguous chunks of at most ``chunk_pairs``."""
+    return [(a, min(a + chunk_pairs, n_pairs)) for a in range(0, n_pairs, chunk_pairs)]
+
+
+def options_of(body: ReplayCreate) -> dict[str, Any]:
+    """The ``make_spec`` keyword arguments for a request, JSON-ready (stored on the row)."""
+    options = body.model_dump(mode="json", exclude_none=True, exclude={"dataset_id"})
+    if "groups" in body.model_fields_set and body.groups is not None:
+        options["groups"] = body.groups  # keep explicit nulls: null = one group
+    if isinstance(options.get("budgets"), str):
+        try:
+            options["budgets"] = list(parse_budgets(options["budgets"]))
+        except SpecError as exc:
+            raise Unprocessable(spec_error_detail(exc)) from None
+    if "policies" in options:
+        options["policies"] = [
+            p if isinstance(p, str) else {k: v for k, v in p.items() if v is not None} for p in options["policies"]
+        ]
+    return options
+
+
+def build_spec(options: dict[str, Any]):  # noqa: ANN201  (ReplaySpec)
+    return make_spec(**options)
+
+
+# Plans are deterministic functions of (dataset, options): cache a few per process so the
+# chunks of one replay that land on the same worker do not rebuild it.
+_PLANS: OrderedDict[uuid.UUID, Any] = OrderedDict()
+_PLANS_LOCK = Lock()
+
+
+def plan_for(session: Session, replay: Replay) -> Any:
+    with _PLANS_LOCK:
+        plan = _PLANS.get(replay.id)
+        if plan is not None:
+            _PLANS.move_to_end(replay.id)
+            return plan
+    from service.engine.replay import plan_replay
+
+    records = datasets.load_records(session, replay.dataset_id)
+    plan = plan_replay(records, build_spec(replay.options))
+    _remember_plan(replay.id, plan)
+    return plan
+
+
+def _remember_plan(replay_id: uuid.UUID, plan: Any) -> None:
+    with _PLANS_LOCK:
+        _PLANS[replay_id] = plan
+        _PLANS.move_to_end(replay_id)
+        while len(_PLANS) > 4:
+            _PLANS.popitem(last=False)
+
+
+def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
+    """Validate the spec against the dataset now (bad specs are a 422, not a failed job),
+    store the replay and its chunks, and enqueue ``replays.run`` for after the commit."""
+    from service.engine.replay import plan_replay
+
+    if datasets_repo.get(session, body.dataset_id) is None:
+        raise Unprocessable([{"field": "dataset_id", "message": f"dataset {body.dataset_id} does not exist"}])
+    options = options_of(body)
+    try:
+        spec = build_spec(options)
+        plan = plan_replay(datasets.load_records(session, body.dataset_id), spec)
+    except SpecError as exc:
+        raise Unprocessable(spec_error_detail(exc)) from None
+    bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs)
+    replay = Replay(
+        id=uuid.uuid4(),
+        dataset_id=body.dataset_id,
+        options=options,
+        spec=spec.to_dict(),
+        n_pairs=plan.n_pairs,
+        n_chunks=len(bounds),
+    )
+    repository.add(session, replay, bounds)
+    _remember_plan(replay.id, plan)
+    enqueue(session, "replays.run", str(replay.id))
+    return replay
+
+
+def get(session: Session, replay_id: uuid.UUID, *, report: bool = False) -> Replay:
+    replay = repository.get(session, replay_id, report=report)
+    if replay is None:
+        raise NotFound(f"replay {replay_id} does not exist")
+    return replay
+
+
+def to_read(replay: Replay, done: tuple[int, int]) -> ReplayRead:
+    chunks_done, pairs_done = done
+    base = f"/v1/replays/{replay.id}"
+    progress = 1.0 if replay.status == SUCCEEDED else (pairs_done / replay.n_pairs if replay.n_pairs else 0.0)
+    return ReplayRead(
+        id=replay.id,
+        dataset_id=replay.dataset_id,
+        status=replay.status,  # type: ignore[arg-type]
+        progress=round(progress, 6),
+        n_pairs=replay.n_pairs,
+        n_chunks=replay.n_chunks,
+        chunks_done=chunks_done,
+        created_at=replay.created_at,
+        started_at=replay.started_at,
+        finished_at=replay.finished_at,
+        error=replay.error,
+        spec=replay.spec,
+        links=ReplayLinks(
+            self=base, report=f"{base}/report", report_csv=f"{base}/report.csv", metrics=f"{base}/metrics"
+        ),
+    )
+
+
+def read(session: Session, replay: Replay) -> ReplayRead:
+    return to_read(replay, repository.done_counts(session, [replay.id])[replay.id])
+
+
+def cancel(session: Session, replay_id: uuid.UUID) -> Replay:
+    """Queued or running → cancelled. Workers see it at their next heartbeat and stop."""
+    replay = repository.get(session, replay_id, lock=True)
+    if replay is None:
+        raise NotFound(f"replay {replay_id} does not exist")
+    if replay.status in FINISHED:
+        raise Conflict(f"replay {replay_id} is already {replay.status}")
+    replay.status = CANCELLED
+    replay.finished_at = utcnow()
+    session.flush()
+    return replay
+
+
+def finished_report(session: Session, replay_id: uuid.UUID) -> Replay:
+    replay = get(session, replay_id, report=True)
+    if replay.status != SUCCEEDED:
+        raise Conflict(f"replay {replay_id} is {replay.status}; the report exists once it has succeeded")
+    return replay
+
+
+def etag_of(body: bytes) -> str:
+    return f'"{hashlib.sha256(body).hexdigest()[:32]}"'

@@ -1,0 +1,193 @@
+"""Replay jobs. Each takes ids, opens its own sessions and is safe to run twice:
+
+- ``replays.run``: mark the replay running and dispatch every unfinished chunk.
+- ``replays.chunk``: replay pairs ``[start, stop)`` of one chunk and store the result once
+  (the ``(replay_id, chunk_index)`` row is written only while not done); the last chunk to
+  land merges all of them with ``build_report``.
+- ``replays.sweep``: re-dispatch chunks whose worker died (no heartbeat for
+  ``stale_after_seconds``) and finalize replays whose last step was lost.
+
+Results never depend on how pairs are chunked (engine contract), so a chunk computed twice,
+or by another worker after a kill -9, stores the same bytes; the report equals an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from service.db import transaction, utcnow
+from service.engine.spec import SpecError
+from service.jobs import TaskContext, enqueue, is_transient, task
+from service.replays import repository
+from service.replays import service as replays
+from service.replays.models import CANCELLED, CHUNK_DONE, FAILED, FINISHED, QUEUED, RUNNING, SUCCEEDED
+
+log = logging.getLogger(__name__)
+
+
+class Interrupted(Exception):
+    """The replay was cancelled, or this process is stopping, while a chunk ran."""
+
+
+@task("replays.run")
+def run(ctx: TaskContext, replay_id: str) -> None:
+    rid = uuid.UUID(replay_id)
+    with transaction(ctx.sessionmaker) as session:
+        replay = repository.get(session, rid, lock=True)
+        if replay is None or replay.status in FINISHED:
+            return
+        if replay.status == QUEUED:
+            replay.status = RUNNING
+            replay.started_at = utcnow()
+        pending = repository.unfinished_chunks(session, rid)
+        for chunk in pending:
+            enqueue(session, "replays.chunk", replay_id, chunk.chunk_index)
+    if not pending:
+        finalize(ctx, rid)
+
+
+@contextmanager
+def _heartbeat(ctx: TaskContext, replay_id: uuid.UUID, chunk_id: int) -> Iterator[threading.Event]:
+    """While a chunk runs, refresh its heartbeat and watch for cancellation. The returned
+    event is set when the chunk should stop."""
+    stop = threading.Event()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(ctx.settings.heartbeat_seconds):
+            try:
+                with transaction(ctx.sessionmaker) as session:
+                    repository.heartbeat(session, chunk_id)
+                    if repository.status_of(session, replay_id) != RUNNING:
+                        stop.set()
+            except Exception:  # a missed beat is not fatal; the sweeper tolerates several
+                log.warning("heartbeat of chunk %s failed", chunk_id, exc_info=True)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{chunk_id}", daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
+@task("replays.chunk")
+def run_chunk(ctx: TaskContext, replay_id: str, index: int) -> None:
+    from service.engine.replay import run_chunk as engine_run_chunk
+
+    rid = uuid.UUID(replay_id)
+    with transaction(ctx.sessionmaker) as session:
+        replay = repository.get(session, rid)
+        if replay is None or replay.status in FINISHED:
+            return
+        chunk = repository.get_chunk(session, rid, index)
+        if chunk is None:
+            return
+        if chunk.status == CHUNK_DONE:
+            already_done = True
+        else:
+            already_done = False
+            if replay.status == QUEUED:
+                replay.status, replay.started_at = RUNNING, utcnow()
+            repository.claim_chunk(session, chunk)
+        chunk_id, start, stop = chunk.id, chunk.start, chunk.stop
+    if already_done:  # a redelivery: make sure the replay still gets finalized
+        finalize(ctx, rid)
+        return
+    try:
+        with ctx.sessionmaker() as session:
+            plan = replays.plan_for(session, replay)
+        with _heartbeat(ctx, rid, chunk_id) as should_stop:
+
+            def progress(_done_cases: int) -> None:
+                if should_stop.is_set() or ctx.stop.is_set():
+                    raise Interrupted
+
+            result = engine_run_chunk(plan, start, stop, progress=progress)
+    except Interrupted:
+        log.info("chunk %s of replay %s stopped (cancelled or shutting down)", index, replay_id)
+        return
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        _fail(ctx, rid, exc)
+        return
+    with transaction(ctx.sessionmaker) as session:
+        repository.store_chunk_result(session, rid, index, result.to_bytes())
+    finalize(ctx, rid)
+
+
+def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
+    """Merge the chunks once all are stored. The replay row lock makes exactly one of the
+    workers that race here do it; the others see it succeeded and return."""
+    from service.engine.replay import ChunkResult, build_report
+    from service.engine.report import metric_rows, report_csv, report_json
+
+    try:
+        with transaction(ctx.sessionmaker) as session:
+            replay = repository.get(session, rid, lock=True)
+            if replay is None or replay.status != RUNNING:
+                return
+            blobs = repository.chunk_results(session, rid)
+            if len(blobs) < replay.n_chunks:
+                return
+            plan = replays.plan_for(session, replay)
+            report = build_report(plan, [ChunkResult.from_bytes(b) for b in blobs])
+            body = report_json(report)
+            replay.report_json = body
+            replay.report_csv = report_csv(report).encode()
+            replay.report_etag = replays.etag_of(body)
+            replay.status = SUCCEEDED
+            replay.finished_at = utcnow()
+            repository.add_metric_rows(session, rid, metric_rows(report))
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        _fail(ctx, rid, exc)
+
+
+def _fail(ctx: TaskContext, rid: uuid.UUID, exc: BaseException) -> None:
+    log.error("replay %s failed: %s", rid, exc, exc_info=exc)
+    message = f"{exc.field}: {exc.message}" if isinstance(exc, SpecError) else f"{type(exc).__name__}: {exc}"
+    with transaction(ctx.sessionmaker) as session:
+        replay = repository.get(session, rid, lock=True)
+        if replay is None or replay.status in FINISHED:
+            return
+        replay.status = FAILED
+        replay.error = message[:2000]
+        replay.finished_at = utcnow()
+
+
+@task("replays.sweep")
+def sweep(ctx: TaskContext) -> None:
+    """Recover work a dead worker left behind (kill -9, lost message)."""
+    cutoff = utcnow() - timedelta(seconds=ctx.settings.stale_after_seconds)
+    with transaction(ctx.sessionmaker) as session:
+        for chunk in repository.stale_chunks(session, cutoff):
+            log.warning("re-dispatching stale chunk %s of replay %s", chunk.chunk_index, chunk.replay_id)
+            repository.release_chunk(chunk)
+            enqueue(session, "replays.chunk", str(chunk.replay_id), chunk.chunk_index)
+        orphans = repository.running_replays_all_done(session)
+    for rid in orphans:
+        finalize(ctx, rid)
+
+
+def resume_all(ctx: TaskContext) -> int:
+    """At start of the in-process runner (the only executor of the embedded default):
+    whatever was queued or running when the process stopped is run again."""
+    with transaction(ctx.sessionmaker) as session:
+        unfinished = repository.unfinished_replays(session)
+        for replay in unfinished:
+            repository.reset_running_chunks(session, replay.id)
+            enqueue(session, "replays.run", str(replay.id))
+    return len(unfinished)
+
+
+__all__ = ["run", "run_chunk", "sweep", "finalize", "resume_all", "CANCELLED"]
