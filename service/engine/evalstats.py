@@ -599,11 +599,11 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> Clus
 # --------------------------------------------------------------------------- single systems
 
 
-def _system_index(records: Records, system: str) -> int:
+def _system_index(records: Records, system: str, field: str = "system") -> int:
     try:
         return records.systems.index(system)
     except ValueError:
-        raise StatsInputError("system", f"unknown system '{system}'") from None
+        raise StatsInputError(field, f"unknown system '{system}'") from None
 
 
 def _labels(records: Records, cluster: str | Sequence[str] | None) -> np.ndarray | None:
@@ -779,7 +779,7 @@ def pair_stats(
     (:func:`paired_cluster_bootstrap`, by cluster when a key is given).
     """
     level = _level(level)
-    ia, ib = _system_index(records, a), _system_index(records, b)
+    ia, ib = _system_index(records, a, "a"), _system_index(records, b, "b")
     if ia == ib:
         raise StatsInputError("b", "must differ from a")
     labels = _labels(records, cluster)

@@ -1,0 +1,1 @@
+"""Evaluation statistics endpoints (SPEC §8)."""

@@ -1,0 +1,134 @@
+"""``/v1/stats/*`` calculators and ``/v1/datasets/{id}/leaderboard`` (SPEC §8)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+import numpy as np
+from fastapi import APIRouter, Query
+
+from service.datasets import service as datasets
+from service.deps import SessionDep
+from service.engine import evalstats as E
+from service.errors import NotFound, Unprocessable, responses
+from service.stats import schemas as S
+
+router = APIRouter(tags=["statistics"])
+
+_ERRORS = responses(Unprocessable)
+
+
+def _invalid(exc: E.StatsInputError) -> Unprocessable:
+    return Unprocessable([{"field": exc.field, "message": exc.message}])
+
+
+@router.post("/v1/stats/passk", response_model=S.PassKCurveRead, responses=_ERRORS,
+             summary="Unbiased pass@k and pass^k of one task from c passes in n trials")
+def passk(body: S.PassKCreate) -> S.PassKCurveRead:
+    ks = [body.k] if body.k is not None else list(range(1, body.n + 1))
+    try:
+        values = [S.PassKRead(k=k, pass_at_k=E.pass_at_k(body.n, body.c, k), pass_hat_k=E.pass_hat_k(body.n, body.c, k))
+                  for k in ks]
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return S.PassKCurveRead(n=body.n, c=body.c, values=values)
+
+
+@router.post("/v1/stats/bound", response_model=S.BoundRead, responses=_ERRORS,
+             summary="Exact one-sided binomial bounds (Clopper–Pearson; zero failures: 1 - α^(1/n))")
+def bound(body: S.BoundCreate):
+    try:
+        return E.to_dict(E.binomial_bounds(body.successes, body.n, body.level))
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+
+
+@router.post("/v1/stats/runs", response_model=S.RunsRead, responses=_ERRORS,
+             summary="Fewest runs for an exact upper failure-rate bound at most a target")
+def runs(body: S.RunsCreate) -> S.RunsRead:
+    try:
+        n = E.runs_for_bound(body.max_failure_rate, body.level, body.failures)
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return S.RunsRead(runs=n, max_failure_rate=body.max_failure_rate, failures=body.failures, level=body.level)
+
+
+@router.post("/v1/stats/margin", response_model=S.MarginRead, responses=_ERRORS,
+             summary="Margin of error of a score: z·sqrt(p(1-p)/n)")
+def margin(body: S.MarginCreate) -> S.MarginRead:
+    try:
+        m = E.margin_of_error(body.n, body.p, body.level)
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return S.MarginRead(n=body.n, p=body.p, level=body.level, margin=m)
+
+
+@router.post("/v1/stats/tasks", response_model=S.TasksRead, responses=_ERRORS,
+             summary="Tasks needed for a target margin of error")
+def tasks(body: S.TasksCreate) -> S.TasksRead:
+    try:
+        n = E.tasks_for_margin(body.margin, body.p, body.level)
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return S.TasksRead(margin=body.margin, p=body.p, level=body.level, tasks=n)
+
+
+@router.post("/v1/stats/gap", response_model=S.GapRead, responses=_ERRORS,
+             summary="Minimum significant gap between two scores, unpaired vs paired")
+def gap(body: S.GapCreate):
+    try:
+        return E.to_dict(E.min_significant_gap(body.n, body.p, body.rho, body.level))
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+
+
+@router.post("/v1/stats/power", response_model=S.PowerRead, responses=_ERRORS,
+             summary="Tasks needed to detect a paired difference with the given power")
+def power(body: S.PowerCreate) -> S.PowerRead:
+    try:
+        n = E.tasks_for_paired_difference(body.delta, body.power, body.rho, body.p, body.level, body.sd_diff)
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return S.PowerRead(tasks=n, delta=body.delta, power=body.power, rho=body.rho, level=body.level)
+
+
+@router.get("/v1/datasets/{dataset_id}/leaderboard", response_model=S.LeaderboardRead,
+            responses=responses(NotFound, Unprocessable),
+            summary="Systems ranked with intervals; which leads are distinguishable; tie groups")
+def get_leaderboard(
+    dataset_id: uuid.UUID,
+    session: SessionDep,
+    level: Annotated[float, Query(gt=0.0, lt=1.0)] = 0.95,
+    cluster: Annotated[str | None, Query(description="Metadata column(s) to cluster by, e.g. 'group'")] = None,
+    correction: Literal["holm", "bh", "none"] = "holm",
+    matrix: bool = False,
+    ties: Literal["adjacent", "leader"] = "adjacent",
+):
+    records = datasets.load_records(session, dataset_id)
+    try:
+        board = E.leaderboard(records, level, cluster, correction, matrix, ties)
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return E.to_dict(board)
+
+
+@router.get("/v1/datasets/{dataset_id}/pairs", response_model=S.PairRead,
+            responses=responses(NotFound, Unprocessable),
+            summary="Paired comparison of two systems, with a seeded paired cluster bootstrap")
+def get_pair(
+    dataset_id: uuid.UUID,
+    session: SessionDep,
+    a: Annotated[str, Query(description="System A")],
+    b: Annotated[str, Query(description="System B")],
+    level: Annotated[float, Query(gt=0.0, lt=1.0)] = 0.95,
+    cluster: str | None = None,
+    boot: Annotated[int, Query(ge=100, le=20000)] = 2000,
+    seed: Annotated[int, Query(ge=0)] = 0,
+):
+    records = datasets.load_records(session, dataset_id)
+    try:
+        result = E.pair_stats(records, a, b, level, cluster, np.random.default_rng(seed), boot)
+    except E.StatsInputError as exc:
+        raise _invalid(exc) from None
+    return E.to_dict(result)

@@ -1,0 +1,101 @@
+"""``/v1/stats/*`` calculators and the dataset leaderboard through the real app (SPEC §8)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.engine import evalstats as E
+from service.engine.records import parse_records
+from tests.conftest import shared_dataset
+from tests.service.conftest import synth_csv, upload
+
+
+def _fields(response) -> list[str]:
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["error"] == "invalid_input"
+    return [d["field"] for d in body["detail"]]
+
+
+def test_calculators_give_the_spec_values(client: TestClient) -> None:
+    r = client.post("/v1/stats/passk", json={"n": 5, "c": 2, "k": 2})
+    assert r.status_code == 200, r.text
+    v = r.json()["values"][0]
+    assert v["pass_at_k"] == pytest.approx(0.7) and v["pass_hat_k"] == pytest.approx(0.1)
+    assert len(client.post("/v1/stats/passk", json={"n": 4, "c": 1}).json()["values"]) == 4
+    assert round(client.post("/v1/stats/bound", json={"successes": 20, "n": 20}).json()["failure_upper"], 4) == 0.1391
+    assert client.post("/v1/stats/runs", json={"max_failure_rate": 0.05}).json()["runs"] == 59
+    assert round(client.post("/v1/stats/margin", json={"n": 914}).json()["margin"], 4) == 0.0324
+    assert client.post("/v1/stats/tasks", json={"margin": 0.01}).json()["tasks"] == 9604
+    gap = client.post("/v1/stats/gap", json={"n": 200, "rho": 0.5}).json()
+    assert round(gap["unpaired"], 3) == 0.098 and round(gap["paired"], 3) == 0.069
+    assert client.post("/v1/stats/power", json={"delta": 0.05, "rho": 0.5}).json()["tasks"] == 785
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/stats/passk", {"n": 3, "c": 1, "k": 4}, "k"),
+        ("/v1/stats/passk", {"n": 3, "c": 5, "k": 1}, "c"),
+        ("/v1/stats/passk", {"n": 3, "c": -1}, "c"),
+        ("/v1/stats/bound", {"successes": -2, "n": 5}, "successes"),
+        ("/v1/stats/bound", {"successes": 6, "n": 5}, "n"),
+        ("/v1/stats/bound", {"successes": 1, "n": 5, "level": 1.0}, "level"),
+        ("/v1/stats/runs", {"max_failure_rate": 0.05, "failures": -1}, "failures"),
+        ("/v1/stats/margin", {"n": 100, "level": 0}, "level"),
+        ("/v1/stats/tasks", {"margin": -0.1}, "margin"),
+        ("/v1/stats/gap", {"n": 100, "rho": 2}, "rho"),
+        ("/v1/stats/power", {"delta": 0.05, "power": 1.2}, "power"),
+    ],
+)
+def test_calculators_reject_bad_input_naming_the_field(client: TestClient, path, body, field) -> None:
+    assert _fields(client.post(path, json=body)) == [field]
+
+
+def test_leaderboard_matches_the_engine(client: TestClient) -> None:
+    content = synth_csv(seed=5, n_systems=5, n_tasks=60, trials=3)
+    ds = upload(client, content)
+    url = f"/v1/datasets/{ds['id']}/leaderboard"
+    r = client.get(url, params={"cluster": "group", "correction": "bh", "matrix": "true"})
+    assert r.status_code == 200, r.text
+    expected = E.to_dict(E.leaderboard(parse_records(content), 0.95, "group", "bh", True))
+    assert r.json() == json.loads(json.dumps(expected))
+    body = r.json()
+    assert len(body["rows"]) == 5 and len(body["matrix"]) == 10 and body["n_clusters"] == 3
+    assert [len(row["stats"]["pass_k"]) for row in body["rows"]] == [3] * 5
+    leader = client.get(url, params={"ties": "leader", "level": 0.9}).json()
+    assert leader["ties"] == "leader" and leader["level"] == 0.9
+
+
+def test_leaderboard_errors(client: TestClient) -> None:
+    ds = upload(client, synth_csv(seed=6))
+    url = f"/v1/datasets/{ds['id']}/leaderboard"
+    assert _fields(client.get(url, params={"cluster": "nope"})) == ["cluster"]
+    assert _fields(client.get(url, params={"level": 1.5}))[0].endswith("level")
+    assert _fields(client.get(url, params={"correction": "bonferroni"}))[0].endswith("correction")
+    missing = client.get("/v1/datasets/00000000-0000-0000-0000-000000000000/leaderboard")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
+def test_pair_endpoint_is_seeded(client: TestClient) -> None:
+    content = synth_csv(seed=7, trials=2)
+    ds = upload(client, content)
+    systems = parse_records(content).systems
+    params = {"a": systems[0], "b": systems[1], "seed": 11, "boot": 500}
+    first = client.get(f"/v1/datasets/{ds['id']}/pairs", params=params)
+    assert first.status_code == 200, first.text
+    assert client.get(f"/v1/datasets/{ds['id']}/pairs", params=params).json() == first.json()
+    assert first.json()["bootstrap"]["method"] == "paired_cluster_bootstrap"
+    assert _fields(client.get(f"/v1/datasets/{ds['id']}/pairs", params={**params, "b": "ghost"})) == ["b"]
+
+
+def test_swebench_lite_leaderboard_over_http(client: TestClient) -> None:
+    content = shared_dataset("swebench_lite").read_bytes()
+    ds = upload(client, content, "swebench_lite.csv")
+    body = client.get(f"/v1/datasets/{ds['id']}/leaderboard", params={"cluster": "group"}).json()
+    groups = body["tie_groups"]
+    assert sum(len(g["systems"]) for g in groups) == 42 and groups[0]["first_rank"] == 1
+    assert body["n_clusters"] == 12
