@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 ROUTERS = (
     "service.datasets.router",
     "service.replays.router",
+    "service.stats.router",
 )
 """Modules exposing ``router``; a domain adds itself here (missing modules are skipped)."""
 
