@@ -1,0 +1,404 @@
+"""Decision rules (SPEC §4.2) on observed paired differences.
+
+Decisions are coded ``ACCEPT = 1``, ``REJECT = -1``, ``DEFER = 0``. The kernels work on
+sufficient statistics so that replay can evaluate millions of cases at once:
+
+* differences live on a lattice ``d = v / L`` with integer ``v`` (``L = 1`` for binary
+  single-trial data, ``L = 5`` for fractions of five trials, ...); ``s = Σ v`` and
+  ``q = Σ v²`` over the ``k`` observed tasks; comparisons with ``θ`` are then exact;
+* the bootstrap needs the histogram of ``v`` (for binary data: ``n+`` and ``n-``).
+
+``decide`` wraps the kernels for one observed vector (live decisions, tests).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+ACCEPT, REJECT, DEFER = 1, -1, 0
+MAX_LATTICE = 1000
+TOL = 1e-9
+FAR_TAIL = 1e-13
+
+
+def find_lattice(values: np.ndarray, max_l: int = MAX_LATTICE) -> int | None:
+    """Smallest ``L <= max_l`` with every value an integer multiple of ``1/L`` (within 1e-9)."""
+    v = np.unique(np.asarray(values, dtype=np.float64))
+    v = v[np.isfinite(v)]
+    for lat in range(1, max_l + 1):
+        scaled = v * lat
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 * max(lat, 1)):
+            return lat
+    return None
+
+
+def above(s: np.ndarray, k: np.ndarray, theta: float, lattice: int | None) -> np.ndarray:
+    """``m > θ`` where ``m = s/(k·L)``: exact in integers on a lattice, else with 1e-9 slack."""
+    if lattice is not None:
+        return s > theta * k * lattice
+    return s / np.maximum(k, 1) > theta + TOL
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def forced(s, k, theta, lattice):
+    return np.where(above(s, k, theta, lattice), ACCEPT, REJECT).astype(np.int8)
+
+
+def paired_normal(s, q, k, theta, a, lattice):
+    """``se = sd(d, ddof=1)/sqrt(k)``; ``k < 2`` defers; ``se == 0`` decides as forced."""
+    s = np.asarray(s, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    lat = lattice or 1
+    pos = above(s, k, theta, lattice)
+    ss = q * k - s * s  # k·Σv² - (Σv)² = k(k-1)·var·L²; exact in integers on a lattice
+    if lattice is None:
+        ss = np.where(ss <= 1e-12 * np.maximum(q * k, 1.0), 0.0, ss)
+    zero = ss <= 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.sqrt(np.maximum(ss, 0) / (k * (k - 1))) / lat / np.sqrt(k)
+        m = s / (k * lat)
+        p_low = stats.norm.cdf(-(m - theta) / se)  # Φ(-(m-θ)/se)
+        p_high = stats.norm.cdf(-(theta - m) / se)
+    dec = np.where(pos, np.where(p_low <= a, ACCEPT, DEFER), np.where(p_high <= a, REJECT, DEFER))
+    dec = np.where(zero, np.where(pos, ACCEPT, REJECT), dec)
+    return np.where(k < 2, DEFER, dec).astype(np.int8)
+
+
+def mcnemar(n_plus, n_minus, a):
+    """Exact binomial test on discordant pairs (binary single-trial data, δ = 0)."""
+    n_plus = np.asarray(n_plus, dtype=np.int64)
+    n_minus = np.asarray(n_minus, dtype=np.int64)
+    n = n_plus + n_minus
+    p_acc = stats.binom.sf(n_plus - 1, n, 0.5)  # P(Bin(n,½) >= n+)
+    p_rej = stats.binom.cdf(n_plus, n, 0.5)  # P(Bin(n,½) <= n+)
+    acc = (n_plus > n_minus) & (p_acc <= a)
+    rej = (n_plus <= n_minus) & (p_rej <= a)
+    return np.where(acc, ACCEPT, np.where(rej, REJECT, DEFER)).astype(np.int8)
+
+
+def serfling_radius(k, n, a):
+    """``ε = 2·sqrt((1 - (k-1)/N)·ln(1/a)/(2k))`` for values of range 2."""
+    k = np.asarray(k, dtype=np.float64)
+    return 2.0 * np.sqrt(np.maximum(1.0 - (k - 1.0) / n, 0.0) * math.log(1.0 / a) / (2.0 * k))
+
+
+def serfling(s, k, n, theta, a, lattice):
+    k = np.asarray(k, dtype=np.float64)
+    m = np.asarray(s, dtype=np.float64) / (k * (lattice or 1))
+    eps = serfling_radius(k, n, a)
+    return np.where(m - eps > theta, ACCEPT, np.where(m + eps <= theta, REJECT, DEFER)).astype(np.int8)
+
+
+def bootstrap_threshold(theta: float, k: np.ndarray, lattice: int) -> np.ndarray:
+    """Largest resample sum (in lattice units) with ``m* <= θ``."""
+    return np.floor(theta * np.asarray(k, dtype=np.float64) * lattice + TOL).astype(np.int64)
+
+
+def tail_trinomial(k, n_plus, n_minus, c):
+    """Exact ``P(X - Y <= c)`` for ``(X, Y, ·) ~ Multinomial(k; n+/k, n-/k, ·)``.
+
+    Condition on ``M = X + Y ~ Bin(k, (n+ + n-)/k)``; then ``X | M ~ Bin(M, n+/(n+ + n-))``
+    and ``X - Y <= c`` iff ``X <= floor((c + M)/2)``. Vectorised over cases.
+    """
+    k = np.asarray(k, dtype=np.int64)
+    n_plus = np.asarray(n_plus, dtype=np.int64)
+    n_minus = np.asarray(n_minus, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    k, n_plus, n_minus, c = np.broadcast_arrays(k, n_plus, n_minus, c)
+    out = np.empty(k.shape, dtype=np.float64)
+    out[...] = tail_trinomial_screen(k, n_plus, n_minus, c)
+    todo = np.flatnonzero(np.isnan(out.ravel()))
+    flat = [x.ravel()[todo] for x in (k, n_plus, n_minus, c)]
+    res = np.empty(len(todo))
+    kmax = int(flat[0].max()) if flat[0].size else 0
+    step = max(1, 2_000_000 // (kmax + 1))
+    m_axis = np.arange(kmax + 1)
+    for i in range(0, len(res), step):
+        kk, npl, nmi, cc = (x[i : i + step, None] for x in flat)
+        disc = npl + nmi
+        p_m = stats.binom.pmf(m_axis[None, :], kk, disc / np.maximum(kk, 1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q = np.where(disc > 0, npl / np.maximum(disc, 1), 0.0)
+        x_max = np.floor_divide(cc + m_axis[None, :], 2)
+        cond = stats.binom.cdf(x_max, m_axis[None, :], q)
+        cond = np.where(x_max < 0, 0.0, cond)
+        cond = np.where(m_axis[None, :] > kk, 0.0, cond)
+        res[i : i + step] = np.clip(np.sum(p_m * cond, axis=1), 0.0, 1.0)
+    out.ravel()[todo] = res
+    return out
+
+
+def tail_trinomial_screen(k, n_plus, n_minus, c) -> np.ndarray:
+    """0 or 1 where Bernstein's inequality puts the tail within ``FAR_TAIL`` of it, else NaN.
+
+    Such tails move no decision (every level ``a`` and resample count ``B`` in use is far
+    above ``FAR_TAIL``), and a replay is mostly made of them.
+    """
+    k, n_plus, n_minus, c = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (k, n_plus, n_minus, c)))
+    kf = np.maximum(k, 1).astype(np.float64)
+    m = (n_plus - n_minus) / kf
+    var = np.maximum((n_plus + n_minus) / kf - m * m, 0.0)
+    t_low = m - c / kf  # > 0: c lies below the mean, p_low is a lower tail
+    t_high = (c + 1) / kf - m  # > 0: c+1 lies above the mean, 1 - p_low is an upper tail
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        b_low = np.where(t_low > 0, np.exp(-kf * t_low**2 / (2 * var + 4 * t_low / 3)), 1.0)
+        b_high = np.where(t_high > 0, np.exp(-kf * t_high**2 / (2 * var + 4 * t_high / 3)), 1.0)
+    return np.where(b_low < FAR_TAIL, 0.0, np.where(b_high < FAR_TAIL, 1.0, np.nan))
+
+
+_TAIL_MEMO: dict[tuple[int, int, int, int], float] = {}
+
+
+def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
+    """``P(X - Y <= c)`` as ``tail_trinomial``, through the FFT convolution (about 3× faster)
+    and a per-process memo: chunks of one replay meet the same samples again."""
+    k, n_plus, n_minus, c = (np.asarray(x, dtype=np.int64).ravel() for x in (k, n_plus, n_minus, c))
+    out = np.empty(len(k))
+    keys = list(zip(k.tolist(), n_plus.tolist(), n_minus.tolist(), c.tolist(), strict=True))
+    missing = [i for i, key in enumerate(keys) if key not in _TAIL_MEMO]
+    if missing:
+        mi = np.array(missing)
+        # Bernstein screen first (cheap), FFT only for the rest.
+        vals = tail_trinomial_screen(k[mi], n_plus[mi], n_minus[mi], c[mi])
+        todo = np.flatnonzero(np.isnan(vals))
+        if len(todo):
+            t = mi[todo]
+            hist = np.stack([n_minus[t], k[t] - n_plus[t] - n_minus[t], n_plus[t]], axis=1)
+            vals[todo] = tail_lattice(hist, np.array([-1, 0, 1]), c[t])
+        if len(_TAIL_MEMO) > 4_000_000:
+            _TAIL_MEMO.clear()
+        for i, v in zip(missing, vals.tolist(), strict=True):
+            _TAIL_MEMO[keys[i]] = v
+    for i, key in enumerate(keys):
+        out[i] = _TAIL_MEMO[key]
+    return out
+
+
+def _int_power(z: np.ndarray, n: int) -> np.ndarray:
+    """``z**n`` by repeated squaring: a dozen multiplications instead of complex exp/log."""
+    result = np.ones_like(z)
+    base = z.copy()
+    while n:
+        if n & 1:
+            result *= base
+        n >>= 1
+        if n:
+            base *= base
+    return result
+
+
+def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Exact ``P(Σ_{i<=k} V_i <= c)`` for ``k = Σ hist`` iid draws from the empirical
+    distribution ``hist/k`` over integer ``values`` (sorted ascending), per row.
+
+    The k-fold convolution is taken with an FFT of the shifted support, rows grouped by ``k``.
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    values = np.asarray(values, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    k = hist.sum(axis=1).astype(np.int64)
+    vmin = int(values.min())
+    span = int(values.max()) - vmin
+    out = np.empty(len(hist))
+    for kk in np.unique(k):
+        rows = np.flatnonzero(k == kk)
+        if kk == 0:
+            out[rows] = 1.0
+            continue
+        size = int(span * kk + 1)
+        nfft = 1 << max(1, (size - 1).bit_length())
+        pmf = np.zeros((len(rows), span + 1))
+        pmf[:, values - vmin] = hist[rows] / kk
+        f = _int_power(np.fft.rfft(pmf, nfft, axis=1), int(kk))
+        dist = np.fft.irfft(f, nfft, axis=1)[:, :size]
+        cdf = np.cumsum(np.clip(dist, 0.0, None), axis=1)
+        cdf /= cdf[:, -1:]
+        idx = c[rows] - vmin * kk  # shift: sum of k draws starts at vmin·k
+        val = np.where(idx < 0, 0.0, cdf[np.arange(len(rows)), np.clip(idx, 0, size - 1)])
+        out[rows] = np.where(idx >= size - 1, 1.0, val)
+    return np.clip(out, 0.0, 1.0)
+
+
+def bootstrap_conclude_prob(p_low, pos, a, resamples: int):
+    """Probability that ``B`` resamples conclude: the count of ``m* <= θ`` is exactly
+    ``Binomial(B, p_low)``; accept needs it ``<= floor(a·B)`` (when ``m > θ``), reject needs
+    the count of ``m* > θ`` ``<= floor(a·B)`` (when ``m <= θ``)."""
+    big_b = int(resamples)
+    c = math.floor(a * big_b + 1e-9)
+    p_low = np.asarray(p_low, dtype=np.float64)
+    return np.where(pos, stats.binom.cdf(c, big_b, p_low), stats.binom.sf(big_b - c - 1, big_b, p_low))
+
+
+def bootstrap_from_tail(p_low, pos, a, resamples, u=None):
+    """Decision from the exact resampling tail ``p_low = P(m* <= θ)``.
+
+    ``resamples == "exact"``: accept iff ``m > θ`` and ``p_low <= a``; reject iff ``m <= θ``
+    and ``1 - p_low <= a``. With ``B`` resamples the count of ``m* <= θ`` is exactly
+    ``Binomial(B, p_low)``; ``u`` (uniforms, one per case) draws the decision from the
+    resulting accept / reject probabilities, so one uniform replaces ``B·k`` draws.
+    """
+    p_low = np.asarray(p_low, dtype=np.float64)
+    if resamples == "exact":
+        acc = pos & (p_low <= a + 1e-12)
+        rej = ~pos & (1.0 - p_low <= a + 1e-12)
+    else:
+        q = bootstrap_conclude_prob(p_low, pos, a, resamples)
+        acc = pos & (u < q)
+        rej = ~pos & (u < q)
+    return np.where(acc, ACCEPT, np.where(rej, REJECT, DEFER)).astype(np.int8)
+
+
+# ------------------------------------------------------------------------ anytime rule
+
+
+def _log_wealth(quad: tuple, sign: int, mu) -> np.ndarray:
+    """``ln M±_t(μ) = ±(L1 - L2·μ) - (Q0 - 2·Q1·μ + Q2·μ²)`` from the running sums."""
+    l1, l2, q0, q1, q2 = quad
+    return sign * (l1 - l2 * mu) - (q0 - 2.0 * q1 * mu + q2 * mu * mu)
+
+
+def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float, a: float, kmax: int,
+                  cov_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """First conclusion of the anytime-valid rule along each path (docs/engine-api.md).
+
+    ``v``: ``[cases, >= kmax]`` integer lattice values in observation order (``d = v/L``);
+    ``n``: population size ``N``; ``cov_ok``: ``[cases or 1, kmax]`` coverage met at step t.
+    Returns ``(decision, stop)``: decision at the first step ``t <= kmax`` that concludes,
+    ``stop = t`` (``kmax + 1`` when none).
+    """
+    cases = v.shape[0]
+    log_inv_a = math.log(1.0 / a)
+    theta_x = (theta + 1.0) / 2.0
+    x_all = (np.asarray(v[:, :kmax], dtype=np.float64) / lattice + 1.0) / 2.0
+    s_prev = np.zeros(cases)
+    mu_hat = np.full(cases, 0.5)
+    var_acc = np.full(cases, 0.25)
+    l1 = np.zeros(cases)
+    l2 = np.zeros(cases)
+    q0 = np.zeros(cases)
+    q1 = np.zeros(cases)
+    q2 = np.zeros(cases)
+    dec = np.zeros(cases, dtype=np.int8)
+    stop = np.full(cases, kmax + 1, dtype=np.int64)
+    live = np.ones(cases, dtype=bool)
+    vsum = np.zeros(cases, dtype=np.int64)
+    for i in range(1, kmax + 1):
+        x = x_all[:, i - 1]
+        sigma2 = var_acc / i
+        lam = np.minimum(0.5, np.sqrt(2.0 * log_inv_a / (sigma2 * i * math.log(1.0 + i))))
+        psi = -np.log1p(-lam) - lam
+        rem = n - i + 1
+        ai = x + s_prev / rem
+        bi = n / rem
+        l1 += lam * ai
+        l2 += lam * bi
+        q0 += psi * ai * ai
+        q1 += psi * ai * bi
+        q2 += psi * bi * bi
+        var_acc += (x - mu_hat) ** 2
+        s_prev += x
+        mu_hat = (0.5 + s_prev) / (i + 1)
+        vsum += v[:, i - 1].astype(np.int64)
+        lo = s_prev / n
+        hi = (s_prev + n - i) / n
+
+        quad = (l1, l2, q0, q1, q2)
+        pos = vsum > theta * i * lattice
+        acc = pos & (
+            (lo > theta_x + TOL)
+            | ((_log_wealth(quad, 1, lo) >= log_inv_a) & (_log_wealth(quad, 1, theta_x) >= log_inv_a))
+        )
+        rej = ~pos & (
+            (hi <= theta_x + TOL)
+            | ((_log_wealth(quad, -1, theta_x) >= log_inv_a) & (_log_wealth(quad, -1, hi) >= log_inv_a))
+        )
+        hit = live & (acc | rej)
+        if cov_ok is not None:
+            hit &= cov_ok[:, i - 1] if cov_ok.shape[0] == cases else cov_ok[0, i - 1]
+        if hit.any():
+            dec[hit] = np.where(acc[hit], ACCEPT, REJECT)
+            stop[hit] = i
+            live &= ~hit
+            if not live.any():
+                break
+    return dec, stop
+
+
+# --------------------------------------------------------------------- one observed vector
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """A rule's verdict on one observed vector, with the number that decided it."""
+
+    decision: int
+    k: int
+    mean: float
+    statistic: dict[str, float]
+
+
+def decide(rule: str, d: np.ndarray, theta: float, a: float = 0.05, resamples: int | str = "exact",
+           n: int | None = None, rng: np.random.Generator | None = None, binary: bool | None = None) -> RuleResult:
+    """Apply one rule to observed differences ``d`` (in [-1, 1]) with threshold ``θ``.
+
+    ``n`` is the population size ``N`` (serfling, anytime); ``rng`` is needed only for a
+    finite number of bootstrap resamples. For ``anytime`` the order of ``d`` matters: the
+    verdict is the first conclusion along it.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    k = len(d)
+    lat = find_lattice(d) if k else 1
+    m = float(d.mean()) if k else 0.0
+    if k == 0:
+        return RuleResult(DEFER, 0, 0.0, {})
+    v = np.round(d * lat).astype(np.int64) if lat else d
+    s = np.array(v.sum())
+    q = np.array((v * v).sum())
+    kk = np.array(k)
+    if rule == "forced":
+        return RuleResult(int(forced(s, kk, theta, lat)), k, m, {})
+    if rule == "paired_normal":
+        se = float(d.std(ddof=1) / math.sqrt(k)) if k > 1 else float("nan")
+        dec = int(paired_normal(s, q, kk, theta, a, lat))
+        p = float(stats.norm.cdf(-abs(m - theta) / se)) if k > 1 and se > 0 else float("nan")
+        return RuleResult(dec, k, m, {"se": se, "tail_probability": p})
+    if rule == "mcnemar":
+        if binary is False or not np.all(np.isin(d, (-1.0, 0.0, 1.0))):
+            raise ValueError("mcnemar needs binary single-trial outcomes")
+        npl, nmi = int((d > 0).sum()), int((d < 0).sum())
+        nn = npl + nmi
+        p = float(stats.binom.sf(npl - 1, nn, 0.5)) if npl > nmi else float(stats.binom.cdf(npl, nn, 0.5))
+        return RuleResult(int(mcnemar(npl, nmi, a)), k, m, {"n_plus": npl, "n_minus": nmi, "p_value": p})
+    if rule == "serfling":
+        big_n = n or k
+        eps = float(serfling_radius(k, big_n, a))
+        return RuleResult(int(serfling(s, kk, big_n, theta, a, lat)), k, m, {"radius": eps})
+    if rule == "bootstrap":
+        if lat is None:
+            raise ValueError("the bootstrap needs outcomes on a lattice of step 1/L (L <= 1000)")
+        c = bootstrap_threshold(theta, kk, lat)
+        vals = np.unique(v)
+        hist = np.array([[int((v == x).sum()) for x in vals]])
+        p_low = float(tail_lattice(hist, vals, np.atleast_1d(c))[0])
+        pos = above(s, kk, theta, lat)
+        u = None
+        if resamples != "exact":
+            if rng is None:
+                raise ValueError("a finite number of resamples needs rng")
+            u = rng.random()
+        dec = int(bootstrap_from_tail(np.array(p_low), np.array(pos), a, resamples, u))
+        return RuleResult(dec, k, m, {"p_low": p_low, "p_high": 1.0 - p_low})
+    if rule == "anytime":
+        if lat is None:
+            raise ValueError("anytime needs outcomes on a lattice of step 1/L (L <= 1000)")
+        big_n = n or k
+        dec, stop = anytime_paths(v[None, :], lat, big_n, theta, a, k)
+        return RuleResult(int(dec[0]), k, m, {"stopped_at": int(stop[0]) if stop[0] <= k else None})
+    raise ValueError(f"unknown rule '{rule}'")
