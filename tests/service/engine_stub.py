@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+import time
 import types
 from dataclasses import dataclass
 
@@ -65,6 +67,7 @@ def run_chunk(plan: Plan, start: int, stop: int, progress=None) -> ChunkResult:
         d = plan.records.y[a] - plan.records.y[b]
         draws = rng.random(plan.spec.orders)
         rows.append({"pair": i, "delta_full": float(np.nanmean(d)), "noise": float(draws.mean())})
+        time.sleep(float(os.environ.get("SUFFICIENCY_STUB_PAIR_SECONDS", "0")))
         if progress:
             progress(plan.spec.orders)
     return ChunkResult(start, stop, rows)

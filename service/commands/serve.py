@@ -1,0 +1,43 @@
+"""``sufficiency serve``: the HTTP API under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the HTTP API",
+        description="Serve the API. Without SUFFICIENCY_BROKER_URL, replays run in this process (one worker).",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (needs a broker if > 1)")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.config import Settings
+
+    settings = Settings()
+    if args.workers > 1 and not settings.broker_url:
+        print(
+            "sufficiency serve: --workers > 1 needs SUFFICIENCY_BROKER_URL "
+            "(the in-process job runner lives in one process)",
+            file=sys.stderr,
+        )
+        return 2
+    uvicorn.run(
+        "service.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+    return 0

@@ -1,0 +1,78 @@
+"""Start and stop the service's own processes (worker, API) for the job tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+# The subprocesses run the real CLI; the stub line only matters while the engine's
+# replay module is still missing (see engine_stub.py).
+BOOT = (
+    "import sys; from tests.service import engine_stub; engine_stub.install(); "
+    "from service.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def env_for(**settings: object) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUFFICIENCY_")}
+    env.update({f"SUFFICIENCY_{k.upper()}": str(v) for k, v in settings.items() if v is not None})
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``sufficiency <args>`` in its own process group, so a kill reaches its children."""
+    fh = open(log, "ab")  # noqa: SIM115  (closed with the process)
+    return subprocess.Popen(
+        [sys.executable, "-c", BOOT, *args], cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def kill9(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of a process we started."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill9(proc)
+    except ProcessLookupError:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 30, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer in {timeout}s")

@@ -1,0 +1,116 @@
+"""The Celery worker: ``sufficiency worker`` builds it from Settings.
+
+Tasks are the functions in ``service.jobs.TASKS`` (``replays.run``, ``replays.chunk``,
+``replays.sweep``), wrapped to ack late, retry transient database errors a bounded number
+of times, and open their own sessions. Each process builds its engine lazily on first use,
+so nothing holding a connection crosses the prefork pool's fork.
+
+A sweeper thread in the worker's main process re-dispatches chunks whose worker died
+(kill -9, OOM) once their heartbeat is older than ``stale_after_seconds``; together with
+late acks and Redis' visibility timeout this means a job is never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_ready, worker_shutting_down
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from service.config import Settings
+from service.db import make_engine, make_sessionmaker
+from service.jobs import TASKS, CeleryRunner, TaskContext, bind_runner, is_transient, load_tasks, make_celery
+
+log = logging.getLogger(__name__)
+
+
+class _ProcessState:
+    """The per-process task context, built on first use (after any fork)."""
+
+    def __init__(self, settings: Settings, *, null_pool: bool = False):
+        self.settings = settings
+        self.null_pool = null_pool
+        self._ctx: TaskContext | None = None
+        self._lock = threading.Lock()
+
+    def ctx(self) -> TaskContext:
+        with self._lock:
+            if self._ctx is None:
+                s = self.settings
+                if self.null_pool and not s.is_sqlite:
+                    engine = create_engine(s.sqlalchemy_url, poolclass=NullPool)
+                else:
+                    engine = make_engine(
+                        s.sqlalchemy_url,
+                        pool_size=s.db_pool_size,
+                        max_overflow=s.db_max_overflow,
+                        busy_timeout_ms=s.sqlite_busy_timeout_ms,
+                    )
+                factory = make_sessionmaker(engine)
+                bind_runner(factory, CeleryRunner(s))
+                self._ctx = TaskContext(settings=s, sessionmaker=factory)
+            return self._ctx
+
+
+def create_worker_app(settings: Settings) -> Celery:
+    if not settings.broker_url:
+        raise ValueError("the Celery worker needs SUFFICIENCY_BROKER_URL (redis://...)")
+    load_tasks()
+    app = make_celery(settings)
+    state = _ProcessState(settings)
+
+    def wrap(name: str) -> None:
+        fn = TASKS[name]
+
+        @app.task(
+            name=name, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=settings.task_max_retries
+        )
+        def _task(self: Any, *args: Any) -> None:
+            try:
+                fn(state.ctx(), *args)
+            except Exception as exc:
+                if is_transient(exc):
+                    raise self.retry(exc=exc, countdown=min(2**self.request.retries, 30)) from exc
+                raise
+
+    for name in TASKS:
+        wrap(name)
+    app.conf.sufficiency_settings = settings
+    return app
+
+
+class Sweeper:
+    """Runs ``replays.sweep`` every ``sweep_seconds`` in the worker's main process."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.state = _ProcessState(settings, null_pool=True)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="sufficiency-sweeper", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.settings.sweep_seconds):
+            try:
+                TASKS["replays.sweep"](self.state.ctx())
+            except Exception:
+                log.warning("sweep failed", exc_info=True)
+
+
+def install_sweeper(app: Celery, settings: Settings) -> None:
+    """Start the sweeper once the worker (and its pool) is up; stop it on shutdown."""
+    sweeper = Sweeper(settings)
+
+    @worker_ready.connect(weak=False)
+    def _start(**_kwargs: Any) -> None:
+        sweeper.start()
+
+    @worker_shutting_down.connect(weak=False)
+    def _stop(**_kwargs: Any) -> None:
+        sweeper.stop.set()
