@@ -74,7 +74,7 @@ def upgrade() -> None:
         sa.Column("a", sa.Float(), nullable=False),
         sa.Column("bootstrap", sa.String(length=32), nullable=False),
         sa.Column("delta", sa.Float(), nullable=False),
-        sa.Column("budget", sa.Float(), nullable=False),
+        sa.Column("budget", sa.Float(), nullable=True),
         sa.Column("metric", sa.String(length=64), nullable=False),
         sa.Column("value", sa.Float(), nullable=True),
         sa.ForeignKeyConstraint(

@@ -79,6 +79,7 @@ class MetricRow(Base):
     a: Mapped[float] = mapped_column(Float)
     bootstrap: Mapped[str] = mapped_column(String(32))
     delta: Mapped[float] = mapped_column(Float)
-    budget: Mapped[float] = mapped_column(Float)
+    budget: Mapped[float | None] = mapped_column(Float)
+    """Null for per-configuration rows (minimum_sufficient_budget, error_coverage_budget)."""
     metric: Mapped[str] = mapped_column(String(64))
     value: Mapped[float | None] = mapped_column(Float)

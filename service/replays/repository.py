@@ -183,7 +183,7 @@ def add_metric_rows(session: Session, replay_id: uuid.UUID, rows: Iterable[dict[
             "a": float(r["a"]),
             "bootstrap": str(r["bootstrap"]),
             "delta": float(r["delta"]),
-            "budget": float(r["budget"]),
+            "budget": None if r.get("budget") is None else float(r["budget"]),
             "metric": str(r["metric"]),
             "value": None if r.get("value") is None else float(r["value"]),
         }

@@ -88,7 +88,7 @@ class MetricRowRead(BaseModel):
     a: float
     bootstrap: str
     delta: float
-    budget: float
+    budget: float | None = Field(description="Null on per-configuration rows (minimum_sufficient_budget...).")
     metric: str
     value: float | None
 

@@ -22,9 +22,6 @@ from service.config import Settings
 from service.db import run_migrations
 from service.engine.synth import generate, to_csv
 from service.main import create_app
-from tests.service import engine_stub
-
-USING_STUB = engine_stub.install()
 
 PG_ADMIN_URL = os.environ.get("SUFFICIENCY_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("SUFFICIENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379")

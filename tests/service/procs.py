@@ -13,12 +13,7 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
-# The subprocesses run the real CLI; the stub line only matters while the engine's
-# replay module is still missing (see engine_stub.py).
-BOOT = (
-    "import sys; from tests.service import engine_stub; engine_stub.install(); "
-    "from service.cli import main; sys.exit(main(sys.argv[1:]))"
-)
+BOOT = "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def env_for(**settings: object) -> dict[str, str]:

@@ -67,9 +67,8 @@ def job_settings(pg_url: str, redis_broker: tuple[str, str], tmp_path: Path) -> 
     truncate_all(pg_url)
 
 
-def _worker(settings: dict[str, object], tmp_path: Path, name: str, *args: str, **env: str):
+def _worker(settings: dict[str, object], tmp_path: Path, name: str, *args: str):
     environ = procs.env_for(**settings)
-    environ.update(env)
     return procs.start(["worker", "--loglevel", "warning", *args], environ, tmp_path / f"{name}.log")
 
 
@@ -111,10 +110,10 @@ def _chunks(url: str, rid: str) -> list[tuple[int, str, int]]:
 def test_worker_killed_mid_job_is_recovered(job_settings: dict[str, object], tmp_path: Path) -> None:
     """kill -9 a worker while it runs a chunk: another worker finishes the replay, and the
     report equals an uninterrupted run (nothing lost, nothing counted twice)."""
-    content = synth_csv(seed=12, n_systems=5)
-    spec = {**SMALL_SPEC, "orders": 200}
-    slow = {"SUFFICIENCY_STUB_PAIR_SECONDS": "0.3"}  # only read by the stand-in engine
-    victim = _worker(job_settings, tmp_path, "victim", "--pool", "solo", "--no-sweeper", **slow)
+    content = synth_csv(seed=12, n_systems=4, n_tasks=200)
+    spec = {**SMALL_SPEC, "orders": 1000, "bootstrap": [500], "budgets": "0.05:0.95:0.05"}  # ~0.3 s per pair
+    job_settings = {**job_settings, "chunk_pairs": 4}  # 12 pairs -> 3 chunks of about a second
+    victim = _worker(job_settings, tmp_path, "victim", "--pool", "solo", "--no-sweeper")
     rescuer = None
     try:
         with TestClient(create_app(make_settings(**job_settings))) as client:
@@ -128,7 +127,7 @@ def test_worker_killed_mid_job_is_recovered(job_settings: dict[str, object], tmp
             procs.kill9(victim)
             killed_during = [c for c in _chunks(url, rid) if c[1] == "running"]
             assert killed_during, "the chunk finished before the kill; make it slower"
-            rescuer = _worker(job_settings, tmp_path, "rescuer", "--pool", "solo", **slow)
+            rescuer = _worker(job_settings, tmp_path, "rescuer", "--pool", "solo")
             done = wait_for(client, rid, timeout=90)
             assert done["status"] == "succeeded", _logs(tmp_path)
             chunks = _chunks(url, rid)
