@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from service.engine.records import Records, group_labels
+from service.engine.records import Records, group_labels, parse_group_key
 
 CORRECTIONS = ("holm", "bh", "none")
 BOOTSTRAP_BATCH = 256
@@ -978,9 +978,7 @@ def leaderboard(
             alpha,
         )
     ranked_names = [records.systems[s] for s in order]
-    key = None if labels is None else ",".join(
-        (cluster,) if isinstance(cluster, str) else tuple(cluster)  # type: ignore[arg-type]
-    )
+    key = None if labels is None else ",".join(parse_group_key(cluster))
     return Leaderboard(
         level=level,
         cluster=key,
