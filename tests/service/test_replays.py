@@ -147,3 +147,42 @@ def test_health(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     r = client.get("/readyz")
     assert r.status_code == 200 and r.json()["checks"] == {"database": "ok"}
+
+
+CLI_ARGS = [
+    "--policy", "coverage_bootstrap", "--policy", "uniform_forced", "--delta", "0", "--delta", "5",
+    "--budgets", "0.25,0.5,0.75", "--orders", "20", "--bootstrap", "50", "--group", "group", "--seed", "7",
+]
+
+
+def test_cli_and_api_reports_are_byte_identical(client: TestClient, tmp_path) -> None:  # noqa: ANN001
+    from service.cli import main
+
+    content = synth_csv(seed=13, n_systems=5)
+    path = tmp_path / "bench.csv"
+    path.write_bytes(content)
+    out = tmp_path / "cli.json"
+    assert main(["replay", str(path), *CLI_ARGS, "--format", "json", "--out", str(out)]) == 0
+    rid = _submit(client, upload(client, content)["id"], **SMALL_SPEC)["id"]
+    assert wait_for(client, rid)["status"] == "succeeded"
+    assert client.get(f"/v1/replays/{rid}/report").content == out.read_bytes()
+    csv_out = tmp_path / "cli.csv"
+    assert main(["replay", str(path), *CLI_ARGS, "--format", "csv", "--out", str(csv_out)]) == 0
+    assert client.get(f"/v1/replays/{rid}/report.csv").content == csv_out.read_bytes()
+
+
+def test_real_dataset_through_the_api(client: TestClient, tmp_path) -> None:  # noqa: ANN001
+    """A real benchmark (../shared/data), few orders: API report == CLI report."""
+    from service.cli import main
+    from tests.conftest import shared_dataset
+
+    path = shared_dataset("swebench_java_verified")
+    out = tmp_path / "cli.json"
+    args = ["--policy", "coverage_bootstrap", "--delta", "0", "--orders", "10", "--group", "group", "--seed", "3"]
+    assert main(["replay", str(path), *args, "--format", "json", "--out", str(out)]) == 0
+    ds = client.post("/v1/datasets", files={"file": ("records.csv", path.read_bytes(), "text/csv")}).json()
+    assert ds["n_systems"] == 5 and ds["n_tasks"] == 91
+    spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 10, "groups": ["group"], "seed": 3}
+    rid = _submit(client, ds["id"], **spec)["id"]
+    assert wait_for(client, rid)["status"] == "succeeded"
+    assert client.get(f"/v1/replays/{rid}/report").content == out.read_bytes()
