@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -86,8 +87,9 @@ def create_worker_app(settings: Settings) -> Celery:
 class Sweeper:
     """Runs ``replays.sweep`` every ``sweep_seconds`` in the worker's main process."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, alive_file: str | None = None):
         self.settings = settings
+        self.alive_file = alive_file
         self.state = _ProcessState(settings, null_pool=True)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="sufficiency-sweeper", daemon=True)
@@ -96,16 +98,24 @@ class Sweeper:
         self.thread.start()
 
     def _loop(self) -> None:
-        while not self.stop.wait(self.settings.sweep_seconds):
+        while True:
+            self._touch()
+            if self.stop.wait(self.settings.sweep_seconds):
+                return
             try:
                 TASKS["replays.sweep"](self.state.ctx())
             except Exception:
                 log.warning("sweep failed", exc_info=True)
 
+    def _touch(self) -> None:
+        """Container healthchecks look at this file's age (the worker's main loop is alive)."""
+        if self.alive_file:
+            Path(self.alive_file).touch()
 
-def install_sweeper(app: Celery, settings: Settings) -> None:
+
+def install_sweeper(app: Celery, settings: Settings, alive_file: str | None = None) -> None:
     """Start the sweeper once the worker (and its pool) is up; stop it on shutdown."""
-    sweeper = Sweeper(settings)
+    sweeper = Sweeper(settings, alive_file)
 
     @worker_ready.connect(weak=False)
     def _start(**_kwargs: Any) -> None:

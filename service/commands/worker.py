@@ -16,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", choices=("prefork", "solo", "threads"), default="prefork")
     p.add_argument("--loglevel", "-l", default="info")
     p.add_argument("--no-sweeper", action="store_true", help="do not re-dispatch chunks of dead workers")
+    p.add_argument("--alive-file", default=None, help="touched every sweep interval (for container healthchecks)")
     p.set_defaults(func=run)
 
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     app = create_worker_app(settings)
     if not args.no_sweeper:
-        install_sweeper(app, settings)
+        install_sweeper(app, settings, args.alive_file)
     argv = [
         "worker",
         f"--queues={settings.celery_queue}",

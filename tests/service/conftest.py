@@ -8,12 +8,14 @@ the end). Postgres tests skip, saying why, when the server is not reachable.
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
@@ -35,9 +37,22 @@ def _pg_admin_engine():
     return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
 
+def create_database(admin) -> str:  # noqa: ANN001
+    """Create a uniquely named database and return its URL."""
+    name = unique_name("sufficiency_test")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(admin, url: str) -> None:  # noqa: ANN001
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
+
+
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A private Postgres database for this test session, migrated to head."""
+def pg_admin() -> Iterator[object]:
+    """An AUTOCOMMIT engine on the shared server (skips when Postgres is not reachable)."""
     admin = _pg_admin_engine()
     try:
         with admin.connect() as conn:
@@ -45,17 +60,19 @@ def pg_url() -> Iterator[str]:
     except Exception as exc:  # noqa: BLE001
         admin.dispose()
         pytest.skip(f"Postgres not reachable at {PG_ADMIN_URL}: {type(exc).__name__}")
-    name = unique_name("sufficiency_test")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    yield admin
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_admin) -> Iterator[str]:  # noqa: ANN001
+    """A private Postgres database for this test session, migrated to head."""
+    url = create_database(pg_admin)
     try:
         run_migrations(url, Settings().migrations_dir)
         yield url
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(pg_admin, url)
 
 
 def truncate_all(url: str) -> None:
@@ -132,3 +149,19 @@ def wait_for(client: TestClient, replay_id: str, statuses=("succeeded", "failed"
         if time.monotonic() > deadline:
             raise AssertionError(f"replay {replay_id} still {body['status']} after {timeout}s: {body}")
         time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def redis_broker() -> Iterator[tuple[str, str]]:
+    """``(broker_url, queue)`` private to this test session."""
+    db = random.Random().randint(1, 15)
+    url = f"{REDIS_URL}/{db}"
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {type(exc).__name__}")
+    queue = unique_name("sufficiency_test")
+    yield url, queue
+    client.delete(queue)
+    client.close()

@@ -6,47 +6,27 @@ database, so concurrent runs on this machine do not see each other's jobs.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.main import create_app
 from tests.service import procs
 from tests.service.conftest import (
-    REDIS_URL,
     SMALL_SPEC,
     make_settings,
     synth_csv,
     truncate_all,
-    unique_name,
     upload,
     wait_for,
 )
 from tests.service.test_replays import engine_report
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def redis_broker() -> Iterator[tuple[str, str]]:
-    """``(broker_url, queue)`` private to this test session."""
-    db = random.Random().randint(1, 15)
-    url = f"{REDIS_URL}/{db}"
-    client = redis.Redis.from_url(url)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {type(exc).__name__}")
-    queue = unique_name("sufficiency_test")
-    yield url, queue
-    client.delete(queue)
-    client.close()
 
 
 @pytest.fixture
