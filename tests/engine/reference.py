@@ -158,26 +158,30 @@ def exact_bootstrap_tail(d: Sequence[float], cmp: Cmp) -> float:
     return _lattice_tail(tuple(sorted(ints)), scale, cmp)
 
 
-def _trinomial_tail(k: int, n_plus: int, n_minus: int, cmp: Cmp) -> float:
+@lru_cache(maxsize=100_000)
+def _trinomial_tail_cached(k: int, n_plus: int, n_minus: int, delta: float, exact: bool) -> float:
+    cmp = Cmp(delta, exact)
+    # c = the largest resample sum s (of +1/-1 draws) with s/k <= θ
+    c = -k - 1
+    for s in range(k, -k - 1, -1):
+        if not cmp.greater(s, k):
+            c = s
+            break
+    if c < -k:
+        return 0.0
     p_plus, p_minus = n_plus / k, n_minus / k
-    total = 0.0
-    for i in range(k + 1):
-        w = stats.binom.pmf(i, k, p_plus)
-        if w == 0.0:
-            continue
-        rest = k - i
-        q = p_minus / (1.0 - p_plus) if p_plus < 1.0 else 0.0
-        # need j with (i - j)/k <= θ, i.e. not greater(i - j, k); j ranges 0..rest.
-        jmin = None
-        for j in range(rest + 1):
-            if not cmp.greater(i - j, k):
-                jmin = j
-                break
-        if jmin is None:
-            continue
-        tail = 1.0 if jmin == 0 else float(stats.binom.sf(jmin - 1, rest, q))
-        total += w * tail
-    return min(1.0, total)
+    i = np.arange(k + 1)
+    w = stats.binom.pmf(i, k, p_plus)  # number of +1 draws
+    rest = k - i
+    q = p_minus / (1.0 - p_plus) if p_plus < 1.0 else 0.0
+    jmin = np.maximum(0, i - c)  # need (i - j) <= c, j = number of -1 draws among the rest
+    tail = np.where(jmin == 0, 1.0, stats.binom.sf(jmin - 1, rest, q))
+    tail = np.where(jmin > rest, 0.0, tail)
+    return float(min(1.0, np.sum(w * tail)))
+
+
+def _trinomial_tail(k: int, n_plus: int, n_minus: int, cmp: Cmp) -> float:
+    return _trinomial_tail_cached(k, n_plus, n_minus, cmp.delta, cmp.exact)
 
 
 @lru_cache(maxsize=4096)
@@ -210,6 +214,24 @@ def bootstrap_exact(d: Sequence[float], cmp: Cmp, a: float) -> tuple[str, float]
         return (ACCEPT if p_low <= a else DEFER), p_low
     p_high = 1.0 - p_low
     return (REJECT if p_high <= a else DEFER), p_high
+
+
+@lru_cache(maxsize=100_000)
+def _finite_probs_cached(key: tuple[float, ...], delta: float, exact: bool, a: float, b: int) -> tuple[float, float]:
+    cmp = Cmp(delta, exact)
+    d = list(key)
+    p_low = exact_bootstrap_tail(d, cmp)
+    # count/B <= a  <=>  count <= floor(a·B) (a read as a decimal)
+    c = math.floor(dec(a) * b)
+    if cmp.greater(sum(d), len(d)):
+        return float(stats.binom.cdf(c, b, p_low)), 0.0  # P(#{m* <= θ} <= c)
+    return 0.0, float(stats.binom.cdf(c, b, 1.0 - p_low))  # P(#{m* > θ} <= c)
+
+
+def bootstrap_finite_probabilities(d: Sequence[float], cmp: Cmp, a: float, b: int) -> tuple[float, float]:
+    """P(accept), P(reject) of bootstrap(a, B): the number of the B resample means at or below θ
+    is Binomial(B, p_low) with p_low the exact resampling tail."""
+    return _finite_probs_cached(tuple(sorted(d)), cmp.delta, cmp.exact, a, b)
 
 
 def paired_normal(d: Sequence[float], cmp: Cmp, a: float) -> tuple[str, float | None]:
@@ -474,6 +496,13 @@ class CaseOutcome:
     cost_fraction: float | None
     task_fraction: float
     tasks_used: int
+    p_accept: float | None = None  # finite-B bootstrap without rng: probabilities, not a draw
+    p_reject: float | None = None
+
+    def probs(self) -> tuple[float, float]:
+        if self.p_accept is not None:
+            return self.p_accept, self.p_reject
+        return float(self.decision == ACCEPT), float(self.decision == REJECT)
 
 
 @dataclass
@@ -482,6 +511,21 @@ class BudgetResult:
     k_values: list[int] = field(default_factory=list)
     cases: list[CaseOutcome] = field(default_factory=list)
     per_pair: dict[int, list[str]] = field(default_factory=dict)
+
+    def expected(self) -> dict[str, float]:
+        """Expected accept / reject counts and their variances (sums of per-case Bernoullis),
+        plus expected coverage failures."""
+        acc = [c.probs()[0] for c in self.cases]
+        rej = [c.probs()[1] for c in self.cases]
+        cov = [a + r for c, a, r in zip(self.cases, acc, rej, strict=True) if not c.covered]
+        return {
+            "accept": math.fsum(acc),
+            "accept_var": math.fsum(p * (1 - p) for p in acc),
+            "reject": math.fsum(rej),
+            "reject_var": math.fsum(p * (1 - p) for p in rej),
+            "coverage_fail": math.fsum(cov),
+            "coverage_fail_var": math.fsum(p * (1 - p) for p in cov),
+        }
 
     def counts(self) -> dict[str, int]:
         c = {ACCEPT: 0, REJECT: 0, DEFER: 0}
@@ -571,8 +615,11 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
         cost_complete = all(not math.isnan(c) for c in rp.cost_a)
         total_cost = math.fsum(rp.cost_a) if cost_complete else None
         anytime_paths = None
+        previous = None
         for bi, k in enumerate(ks):
             obs = np.asarray(plan.case_observed(p, seed_index, config_index, bi))
+            _check_observed(obs, previous, pol.order, cfg.floor, k, groups, sizes, rp.cost_a)
+            previous = obs
             res = results[bi]
             res.k_values.append(k)
             shares = []
@@ -587,6 +634,7 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
                 for i in row:
                     counts[groups[i]] += 1
                 covered_k = meets_coverage(cfg.floor, k, sizes, counts)
+                probs = (None, None)
                 used = k
                 covered = covered_k
                 if pol.rule == "anytime":
@@ -605,12 +653,15 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
                 else:
                     if pol.coverage_aware and not covered_k:
                         decision = DEFER
+                    elif pol.rule == "bootstrap" and cfg.bootstrap != "exact" and rng is None:
+                        decision = DEFER
+                        probs = bootstrap_finite_probabilities(d, cmp, cfg.a, int(cfg.bootstrap))
                     elif pol.rule == "bootstrap" and cfg.bootstrap != "exact":
                         decision = decide(pol.rule, d, cmp, cfg.a, cfg.bootstrap, big_n, rng)
                     else:
                         decision = decide_cached(pol.rule, d, cmp, cfg.a, cfg.bootstrap, big_n)
                 cf = math.fsum(rp.cost_a[i] for i in row) / total_cost if cost_complete and total_cost else None
-                res.cases.append(CaseOutcome(decision, positive, covered, cf, k / big_n, used))
+                res.cases.append(CaseOutcome(decision, positive, covered, cf, k / big_n, used, *probs))
                 shares.append(decision)
             res.per_pair[p] = shares
     return results or []
@@ -625,3 +676,22 @@ def _anytime_case(rp: RefPair, groups, sizes, order: list[int], cmp: Cmp, cfg, p
         counts[groups[i]] += 1
         cov_at.append(meets_coverage(cfg.floor, t, sizes, counts))
     return decisions, cov_at, order
+
+
+def _check_observed(obs, previous, order: str, floor: str, k: int, groups, sizes, cost_a) -> None:
+    """The shared randomness itself obeys SPEC §4.1 (checked on every case the reference replays)."""
+    if order != "neyman" and previous is not None:
+        assert np.array_equal(obs[:, : previous.shape[1]], previous), f"{order}: budgets do not extend one order"
+    counts = np.zeros((obs.shape[0], len(sizes)), dtype=np.int64)
+    for g in range(len(sizes)):
+        counts[:, g] = np.isin(obs, [i for i, x in enumerate(groups) if x == g]).sum(axis=1)
+    if order == "stratified" and coverage_feasible(floor, k, sizes):
+        assert all(meets_coverage(floor, k, sizes, row) for row in counts.tolist()), "stratified prefix misses floor"
+    if order == "cost_ascending":
+        c = np.asarray(cost_a)[obs]
+        assert np.all(np.diff(c, axis=1) >= 0), "cost order not ascending"
+    if order == "neyman":
+        assert np.all(counts == counts[0]), "neyman group counts vary across draws"
+        assert np.all(counts[0] <= np.asarray(sizes))
+        if coverage_feasible(floor, k, sizes):
+            assert np.all(counts[0] >= np.asarray(floor_required(floor, k, sizes))), "neyman misses floor"
