@@ -37,9 +37,11 @@ def find_lattice(values: np.ndarray, max_l: int = MAX_LATTICE) -> int | None:
 
 
 def above(s: np.ndarray, k: np.ndarray, theta: float, lattice: int | None) -> np.ndarray:
-    """``m > θ`` where ``m = s/(k·L)``: exact in integers on a lattice, else with 1e-9 slack."""
+    """``m > θ`` where ``m = s/(k·L)``: on a lattice ``s`` is an integer and ``θ·k·L`` is
+    compared with 1e-9 slack, so ``δ·N/100`` that is an integer in exact arithmetic (e.g.
+    0.29·100 = 28.999999999999996 in floats) is not crossed by ``s = 29``."""
     if lattice is not None:
-        return s > theta * k * lattice
+        return s > theta * k * lattice + TOL
     return s / np.maximum(k, 1) > theta + TOL
 
 
@@ -183,15 +185,34 @@ def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
 
 def _int_power(z: np.ndarray, n: int) -> np.ndarray:
     """``z**n`` by repeated squaring: a dozen multiplications instead of complex exp/log."""
-    result = np.ones_like(z)
-    base = z.copy()
+    result = None
+    base = z
     while n:
         if n & 1:
-            result *= base
+            result = base.copy() if result is None else result * base
         n >>= 1
         if n:
-            base *= base
-    return result
+            base = base * base
+    return result if result is not None else np.ones_like(z)
+
+
+def lattice_screen(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """0 or 1 where Bernstein's inequality puts ``P(Σ V_i <= c)`` within ``FAR_TAIL`` of
+    it (as ``tail_trinomial_screen``, for any lattice histogram), else NaN."""
+    hist = np.asarray(hist, dtype=np.float64)
+    vals = np.asarray(values, dtype=np.float64)
+    k = hist.sum(axis=1)
+    kf = np.maximum(k, 1.0)
+    m = hist @ vals / kf
+    var = np.maximum(hist @ (vals * vals) / kf - m * m, 0.0)
+    b = float(vals.max() - vals.min())
+    t_low = m - c / kf
+    t_high = (c + 1) / kf - m
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        b_low = np.where(t_low > 0, np.exp(-kf * t_low**2 / (2 * var + 2 * b * t_low / 3)), 1.0)
+        b_high = np.where(t_high > 0, np.exp(-kf * t_high**2 / (2 * var + 2 * b * t_high / 3)), 1.0)
+    out = np.where(b_low < FAR_TAIL, 0.0, np.where(b_high < FAR_TAIL, 1.0, np.nan))
+    return np.where(k == 0, 1.0, out)
 
 
 def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -206,9 +227,11 @@ def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndar
     k = hist.sum(axis=1).astype(np.int64)
     vmin = int(values.min())
     span = int(values.max()) - vmin
-    out = np.empty(len(hist))
+    out = lattice_screen(hist, values, c)
     for kk in np.unique(k):
-        rows = np.flatnonzero(k == kk)
+        rows = np.flatnonzero((k == kk) & np.isnan(out))
+        if not len(rows):
+            continue
         if kk == 0:
             out[rows] = 1.0
             continue
@@ -310,7 +333,7 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float, a: float, k
         hi = (s_prev + n - i) / n
 
         quad = (l1, l2, q0, q1, q2)
-        pos = vsum > theta * i * lattice
+        pos = above(vsum, i, theta, lattice)
         acc = pos & (
             (lo > theta_x + TOL)
             | ((_log_wealth(quad, 1, lo) >= log_inv_a) & (_log_wealth(quad, 1, theta_x) >= log_inv_a))
