@@ -127,9 +127,11 @@ def _check_config(plan, report, c, seeds=1):
         res = ref.BudgetResult(b)
         for sr in per_seed:
             res.cases.extend(sr[j].cases)
+            res.k_values.extend(sr[j].k_values)
         m = res.metrics()
         where = f"{label} budget={b}"
         assert got["cases"] == len(res.cases), where
+        assert _close(got["k_mean"], sum(res.k_values) / len(res.k_values)), (where, got["k_mean"])
         assert got["n_positive"] == sum(x.positive for x in res.cases), where
         assert got["n_negative"] == sum(not x.positive for x in res.cases), where
         for key in ("task_fraction", "cost_fraction"):
@@ -196,7 +198,7 @@ ALL_BUT_MCNEMAR = [n for n in NAMED_POLICIES if n != "coverage_mcnemar"]
 def test_binary_single_trial_all_policies(orientation):
     records = from_rows(synth(1))
     assert records.binary_single_trial
-    _check_all(records, orientation, policies=ALL_BUT_MCNEMAR + CUSTOM, deltas=[0, 5, 10], budgets=BUDGETS,
+    _check_all(records, orientation, policies=ALL_BUT_MCNEMAR + CUSTOM, deltas=[0, 5, 10, -5, 2.5], budgets=BUDGETS,
                orders=5, bootstrap=[200, "exact"], groups=["group"], seed=3)
     _check_all(records, orientation, policies=["coverage_mcnemar", "serfling_coverage"], deltas=[0],
                budgets=BUDGETS, orders=6, groups=["group"], a=[0.05, 0.2], seed=4)
@@ -281,6 +283,24 @@ def test_real_terminal_bench_fractional_slice():
     pols = [n for n in NAMED_POLICIES if n not in ("cost_forced", "coverage_mcnemar")]
     _check_all(records, policies=pols, deltas=[0, 5], budgets=REAL_BUDGETS, orders=3, bootstrap=["exact", 200],
                groups=["group"], seed=13)
+
+
+def test_real_terminal_bench_per_trial_slice():
+    records = _real("terminal_bench_core_0.1.1", 5)
+    assert not records.single_trial
+    pols = ["uniform_forced", "bootstrap", "coverage_bootstrap", "coverage_paired_normal", "serfling_coverage",
+            "anytime_coverage", "neyman_coverage_bootstrap"]
+    _check_all(records, policies=pols, deltas=[0, 10], budgets=REAL_BUDGETS, orders=3, bootstrap=["exact"],
+               groups=["group"], seed=15)
+
+
+def test_real_tau2_slice():
+    """Systems cover different domains: pairs have different task sets T (some share none)."""
+    records = _real("tau2_bench", 7)
+    pols = [n for n in NAMED_POLICIES if n != "coverage_mcnemar" or records.binary_single_trial]
+    for orientation in ("one_per_pair", "directed"):
+        _check_all(records, orientation, policies=pols, deltas=[0], budgets=REAL_BUDGETS, orders=3,
+                   bootstrap=["exact"], groups=["group"], seed=16, min_task_coverage=0.2)
 
 
 def test_real_swebench_verified_with_costs():
