@@ -373,7 +373,7 @@ def _config_groups(plan: Plan) -> dict[tuple, list[int]]:
         if kind == "uniform":
             key: tuple = (kind,)
         elif kind in ("stratified", "neyman"):
-            key = (kind, cfg.group, cfg.floor) if kind == "stratified" else (kind, cfg.group, cfg.floor, c)
+            key = (kind, cfg.group, cfg.floor)
         else:
             key = (kind,)
         groups.setdefault(key, []).append(c)
@@ -407,8 +407,8 @@ def _neyman_summer(within: np.ndarray, gstart: np.ndarray, alloc: np.ndarray) ->
     idx = gstart[None, None, :] + alloc  # [P, J, G]
 
     def summer(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        csum = np.zeros((len(x), reps, n + 1))
+        x = np.asarray(x)  # float32 lattice values sum exactly; costs stay float64
+        csum = np.zeros((len(x), reps, n + 1), dtype=x.dtype)
         np.cumsum(x[:, within], axis=2, out=csum[:, :, 1:])
         out = np.empty((len(x), reps, idx.shape[1]))
         for p in range(len(x)):
@@ -490,7 +490,10 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(cost_ok[:, None], np.nan_to_num(cost) / np.where(total > 0, total, 1.0)[:, None], np.nan)
         zero_total = cost_ok & (total <= 0)
-    cost_frac = summer(np.nan_to_num(frac).astype(np.float64))
+    if cost_ok.any():
+        cost_frac = summer(np.nan_to_num(frac).astype(np.float64))
+    else:  # no complete costs in this block: nothing to sum
+        cost_frac = np.full(ssum.shape, np.nan)
     if zero_total.any():  # all-free tasks: the observed share of cost is the share of tasks
         cost_frac[zero_total] = (ts.ks / n)[None, :]
     cost_frac[~cost_ok] = np.nan
