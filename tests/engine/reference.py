@@ -618,7 +618,7 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
         previous = None
         for bi, k in enumerate(ks):
             obs = np.asarray(plan.case_observed(p, seed_index, config_index, bi))
-            _check_observed(obs, previous, pol.order, cfg.floor, k, groups, sizes, rp.cost_a)
+            _check_observed(obs, previous, pol.order, cfg.floor, k, groups, sizes, rp.cost_a, rp.diffs)
             previous = obs
             res = results[bi]
             res.k_values.append(k)
@@ -678,7 +678,7 @@ def _anytime_case(rp: RefPair, groups, sizes, order: list[int], cmp: Cmp, cfg, p
     return decisions, cov_at, order
 
 
-def _check_observed(obs, previous, order: str, floor: str, k: int, groups, sizes, cost_a) -> None:
+def _check_observed(obs, previous, order: str, floor: str, k: int, groups, sizes, cost_a, diffs) -> None:
     """The shared randomness itself obeys SPEC §4.1 (checked on every case the reference replays)."""
     if order != "neyman" and previous is not None:
         assert np.array_equal(obs[:, : previous.shape[1]], previous), f"{order}: budgets do not extend one order"
@@ -694,4 +694,20 @@ def _check_observed(obs, previous, order: str, floor: str, k: int, groups, sizes
         assert np.all(counts == counts[0]), "neyman group counts vary across draws"
         assert np.all(counts[0] <= np.asarray(sizes))
         if coverage_feasible(floor, k, sizes):
-            assert np.all(counts[0] >= np.asarray(floor_required(floor, k, sizes))), "neyman misses floor"
+            r = floor_required(floor, k, sizes)
+            assert np.all(counts[0] >= np.asarray(r)), "neyman misses floor"
+            # the rest in proportion to n_g·S_g (S_g: sd, ddof 0, of D in group g), largest remainder
+            sds = []
+            for g in range(len(sizes)):
+                vals = [x for x, gg in zip(diffs, groups, strict=True) if gg == g]
+                mu = math.fsum(vals) / len(vals)
+                sds.append(math.sqrt(math.fsum((x - mu) ** 2 for x in vals) / len(vals)))
+            w = [n * sd for n, sd in zip(sizes, sds, strict=True)]
+            if not any(x > 1e-12 for x in w):
+                w = [float(n) for n in sizes]
+            rest = k - sum(r)
+            extra = counts[0] - np.asarray(r)
+            if rest > 0 and not np.any(counts[0] == np.asarray(sizes)):
+                for g in range(len(sizes)):
+                    q = rest * w[g] / math.fsum(w)
+                    assert math.floor(q + 1e-9) <= extra[g] <= math.ceil(q - 1e-9), ("neyman share", g, q, extra)
