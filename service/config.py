@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     migrations_dir: Path = REPO_ROOT / "migrations"
 
     max_upload_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
-    chunk_pairs: int = Field(default=64, ge=1, description="Pairs per replay chunk (one job each).")
+    chunk_pairs: int = Field(default=200, ge=1, description="Pairs per replay chunk (one job each).")
     runner_threads: int = Field(default=1, ge=1, description="Threads of the in-process job runner.")
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     stale_after_seconds: float = Field(

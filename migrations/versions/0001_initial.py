@@ -94,6 +94,7 @@ def upgrade() -> None:
         sa.Column("stop", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("progress", sa.Float(), nullable=False),
         sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("result", sa.LargeBinary(), nullable=True),

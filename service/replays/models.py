@@ -62,6 +62,8 @@ class ReplayChunk(Base):
     stop: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default=CHUNK_PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    """Share of the chunk's cases done, refreshed with the heartbeat (1 once stored)."""
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     result: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, default=None))

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session, undefer
 
 from service.db import utcnow
@@ -57,18 +57,23 @@ def add(session: Session, replay: Replay, bounds: Sequence[tuple[int, int]]) -> 
     return replay
 
 
-def done_counts(session: Session, replay_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:
-    """``{replay_id: (done chunks, done pairs)}``."""
+def done_counts(session: Session, replay_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, float]]:
+    """``{replay_id: (done chunks, pairs done)}``; pairs of running chunks count by their progress."""
     ids = list(replay_ids)
     if not ids:
         return {}
+    done = case((ReplayChunk.status == CHUNK_DONE, 1), else_=0)
     rows = session.execute(
-        select(ReplayChunk.replay_id, func.count(), func.coalesce(func.sum(ReplayChunk.stop - ReplayChunk.start), 0))
-        .where(ReplayChunk.replay_id.in_(ids), ReplayChunk.status == CHUNK_DONE)
+        select(
+            ReplayChunk.replay_id,
+            func.coalesce(func.sum(done), 0),
+            func.coalesce(func.sum((ReplayChunk.stop - ReplayChunk.start) * ReplayChunk.progress), 0.0),
+        )
+        .where(ReplayChunk.replay_id.in_(ids))
         .group_by(ReplayChunk.replay_id)
     ).all()
-    out = {i: (0, 0) for i in ids}
-    out.update({r[0]: (int(r[1]), int(r[2])) for r in rows})
+    out: dict[uuid.UUID, tuple[int, float]] = {i: (0, 0.0) for i in ids}
+    out.update({r[0]: (int(r[1]), float(r[2])) for r in rows})
     return out
 
 
@@ -95,11 +100,11 @@ def claim_chunk(session: Session, chunk: ReplayChunk) -> None:
     session.flush()
 
 
-def heartbeat(session: Session, chunk_id: int) -> None:
+def heartbeat(session: Session, chunk_id: int, progress: float) -> None:
     session.execute(
         update(ReplayChunk)
         .where(ReplayChunk.id == chunk_id, ReplayChunk.status == CHUNK_RUNNING)
-        .values(heartbeat_at=utcnow())
+        .values(heartbeat_at=utcnow(), progress=min(max(progress, 0.0), 1.0))
     )
 
 
@@ -117,9 +122,15 @@ def store_chunk_result(session: Session, replay_id: uuid.UUID, index: int, resul
             ReplayChunk.chunk_index == index,
             ReplayChunk.status != CHUNK_DONE,
         )
-        .values(status=CHUNK_DONE, result=result, finished_at=utcnow())
+        .values(status=CHUNK_DONE, result=result, finished_at=utcnow(), progress=1.0)
     )
     return res.rowcount == 1
+
+
+def count_done(session: Session, replay_id: uuid.UUID) -> int:
+    return session.scalar(
+        select(func.count()).where(ReplayChunk.replay_id == replay_id, ReplayChunk.status == CHUNK_DONE)
+    ) or 0
 
 
 def chunk_results(session: Session, replay_id: uuid.UUID) -> list[bytes]:

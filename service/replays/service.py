@@ -115,10 +115,11 @@ def get(session: Session, replay_id: uuid.UUID, *, report: bool = False) -> Repl
     return replay
 
 
-def to_read(replay: Replay, done: tuple[int, int]) -> ReplayRead:
+def to_read(replay: Replay, done: tuple[int, float]) -> ReplayRead:
     chunks_done, pairs_done = done
     base = f"/v1/replays/{replay.id}"
     progress = 1.0 if replay.status == SUCCEEDED else (pairs_done / replay.n_pairs if replay.n_pairs else 0.0)
+    progress = min(progress, 1.0)
     return ReplayRead(
         id=replay.id,
         dataset_id=replay.dataset_id,

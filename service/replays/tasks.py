@@ -52,18 +52,32 @@ def run(ctx: TaskContext, replay_id: str) -> None:
         finalize(ctx, rid)
 
 
+class _Beat:
+    """Shared between a running chunk and its heartbeat thread."""
+
+    def __init__(self, total_cases: int):
+        self.total = max(total_cases, 1)
+        self.done = 0
+        self.stop = threading.Event()
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total
+
+
 @contextmanager
-def _heartbeat(ctx: TaskContext, replay_id: uuid.UUID, chunk_id: int) -> Iterator[threading.Event]:
-    """While a chunk runs, refresh its heartbeat and watch for cancellation. The returned
-    event is set when the chunk should stop."""
-    stop = threading.Event()
+def _heartbeat(ctx: TaskContext, replay_id: uuid.UUID, chunk_id: int, total_cases: int) -> Iterator[_Beat]:
+    """While a chunk runs, refresh its heartbeat and progress and watch for cancellation;
+    ``beat.stop`` is set when the chunk should stop."""
+    state = _Beat(total_cases)
+    stop = state.stop
     done = threading.Event()
 
     def beat() -> None:
         while not done.wait(ctx.settings.heartbeat_seconds):
             try:
                 with transaction(ctx.sessionmaker) as session:
-                    repository.heartbeat(session, chunk_id)
+                    repository.heartbeat(session, chunk_id, state.fraction)
                     if repository.status_of(session, replay_id) != RUNNING:
                         stop.set()
             except Exception:  # a missed beat is not fatal; the sweeper tolerates several
@@ -72,7 +86,7 @@ def _heartbeat(ctx: TaskContext, replay_id: uuid.UUID, chunk_id: int) -> Iterato
     thread = threading.Thread(target=beat, name=f"heartbeat-{chunk_id}", daemon=True)
     thread.start()
     try:
-        yield stop
+        yield state
     finally:
         done.set()
         thread.join(timeout=5)
@@ -81,6 +95,7 @@ def _heartbeat(ctx: TaskContext, replay_id: uuid.UUID, chunk_id: int) -> Iterato
 @task("replays.chunk")
 def run_chunk(ctx: TaskContext, replay_id: str, index: int) -> None:
     from service.engine.replay import run_chunk as engine_run_chunk
+    from service.engine.replay import total_cases
 
     rid = uuid.UUID(replay_id)
     with transaction(ctx.sessionmaker) as session:
@@ -104,10 +119,12 @@ def run_chunk(ctx: TaskContext, replay_id: str, index: int) -> None:
     try:
         with ctx.sessionmaker() as session:
             plan = replays.plan_for(session, replay)
-        with _heartbeat(ctx, rid, chunk_id) as should_stop:
+        per_pair = total_cases(plan) // max(plan.n_pairs, 1)
+        with _heartbeat(ctx, rid, chunk_id, per_pair * (stop - start)) as beat:
 
-            def progress(_done_cases: int) -> None:
-                if should_stop.is_set() or ctx.stop.is_set():
+            def progress(done_cases: int) -> None:
+                beat.done += done_cases
+                if beat.stop.is_set() or ctx.stop.is_set():
                     raise Interrupted
 
             result = engine_run_chunk(plan, start, stop, progress=progress)
@@ -135,9 +152,9 @@ def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
             replay = repository.get(session, rid, lock=True)
             if replay is None or replay.status != RUNNING:
                 return
-            blobs = repository.chunk_results(session, rid)
-            if len(blobs) < replay.n_chunks:
+            if repository.count_done(session, rid) < replay.n_chunks:
                 return
+            blobs = repository.chunk_results(session, rid)
             plan = replays.plan_for(session, replay)
             report = build_report(plan, [ChunkResult.from_bytes(b) for b in blobs])
             body = report_json(report)

@@ -186,3 +186,38 @@ def test_real_dataset_through_the_api(client: TestClient, tmp_path) -> None:  # 
     rid = _submit(client, ds["id"], **spec)["id"]
     assert wait_for(client, rid)["status"] == "succeeded"
     assert client.get(f"/v1/replays/{rid}/report").content == out.read_bytes()
+
+
+def test_engine_failure_marks_the_replay_failed(client: TestClient, monkeypatch) -> None:  # noqa: ANN001
+    import service.engine.replay as engine
+
+    def broken(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(engine, "run_chunk", broken)
+    ds = upload(client, synth_csv(seed=14))
+    rid = _submit(client, ds["id"], **SMALL_SPEC)["id"]
+    done = wait_for(client, rid)
+    assert done["status"] == "failed" and "engine exploded" in done["error"] and done["finished_at"]
+    assert client.get(f"/v1/replays/{rid}/report").status_code == 409
+    assert client.get(f"/v1/replays/{rid}/metrics").status_code == 409
+
+
+def test_progress_is_reported_while_running(backend: dict) -> None:
+    """A running replay reports partial progress from its chunks' heartbeats."""
+    import time
+
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    app = create_app(make_settings(**backend, chunk_pairs=100, heartbeat_seconds=0.1))
+    with TestClient(app) as c:
+        ds = upload(c, synth_csv(seed=15, n_systems=4, n_tasks=200))
+        spec = {**SMALL_SPEC, "orders": 2000, "bootstrap": [500], "budgets": "0.05:0.95:0.05"}
+        rid = _submit(c, ds["id"], **spec)["id"]
+        seen = set()
+        while (state := c.get(f"/v1/replays/{rid}").json())["status"] in ("queued", "running"):
+            seen.add(state["progress"])
+            time.sleep(0.05)
+        assert state["status"] == "succeeded" and state["progress"] == 1.0
+        assert any(0 < p < 1 for p in seen), seen
