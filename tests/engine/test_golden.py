@@ -358,3 +358,41 @@ def test_anytime_engine_matches_reference_paths():
         first = next(((i + 1, x) for i, x in enumerate(path) if x != "defer"), (k + 1, "defer"))
         dec, stop = R.anytime_paths(v[None, :], lat, n, theta, 0.05, k)
         assert (int(stop[0]), int(dec[0])) == (first[0], CODE[first[1]]), (trial, n, k, theta)
+
+
+# --------------------------------------------------------------------------- live decide() vs reference
+
+
+@pytest.mark.parametrize("lattice", [1, 5, 6])
+def test_decide_matches_reference_on_random_vectors(lattice):
+    """``rules.decide`` (the live-decision entry point) against the reference, rule by rule,
+    on random observed vectors; cases within 1e-9 of a decision boundary are skipped."""
+    rng = np.random.default_rng(100 + lattice)
+    checked = 0
+    for _ in range(150):
+        k = int(rng.integers(1, 60))
+        n = k + int(rng.integers(0, 200))
+        shift = int(rng.integers(-lattice, lattice + 1))
+        v = np.clip(rng.integers(-lattice, lattice + 1, size=k) + shift * (rng.random(k) < 0.4), -lattice, lattice)
+        d = v / lattice
+        delta = int(rng.choice([0, 5, 10, -5, 20]))
+        a = float(rng.choice([0.05, 0.1, 0.2]))
+        theta = delta / 100
+        cmp = ref.Cmp(delta, lattice == 1)
+        dl = [float(x) for x in d]
+        want = {"forced": ref.forced(dl, cmp), "serfling": ref.serfling(dl, cmp, a, n)}
+        pn, p = ref.paired_normal(dl, cmp, a)
+        if p is None or abs(p - a) > 1e-9:
+            want["paired_normal"] = pn
+        bd, pb = ref.bootstrap_exact(dl, cmp, a)
+        if abs(pb - a) > 1e-9:
+            want["bootstrap"] = bd
+        if lattice == 1 and delta == 0:
+            want["mcnemar"] = ref.mcnemar(dl, a)
+        path = ref.anytime_path(dl, cmp, a, n)
+        want["anytime"] = next((x for x in path if x != "defer"), "defer")
+        for rule, w in want.items():
+            got = R.decide(rule, d, theta, a, "exact", n=n).decision
+            assert got == CODE[w], (rule, list(v), lattice, delta, a, n)
+            checked += 1
+    assert checked > 700

@@ -229,6 +229,9 @@ def test_fractional_outcomes(orientation):
     assert not records.binary
     _check_all(records, orientation, policies=[n for n in ALL_BUT_MCNEMAR if n != "cost_forced"] + CUSTOM[:4],
                deltas=[0, 5], budgets=BUDGETS, orders=4, bootstrap=[200, "exact"], groups=["group"], seed=7)
+    for bad in ("coverage_mcnemar", "cost_forced"):  # fractional outcomes; no costs at all
+        with pytest.raises(SpecError):
+            plan_replay(records, make_spec(policies=[bad], deltas=[0]))
 
 
 def test_wide_lattice_fractions_of_seven_to_nine_trials():
