@@ -241,6 +241,22 @@ def test_wide_lattice_fractions_of_seven_to_nine_trials():
                                   CUSTOM[2]], deltas=[0, 5], budgets=BUDGETS, orders=4, groups=["group"], seed=8)
 
 
+def test_tiny_and_disjoint_task_sets():
+    """Systems ran 1–5 of 8 tasks: pairs with N = 1, 2, ... and pairs with no common task."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for s in range(6):
+        for t in sorted(rng.choice(8, size=int(rng.integers(1, 6)), replace=False).tolist()):
+            rows.append({"system": f"s{s}", "task_id": f"t{t}", "outcome": int(rng.random() < 0.5),
+                         "group": f"g{t % 3}", "cost": 1.0 + t})
+    records = from_rows(rows)
+    for orientation in ("directed", "one_per_pair"):
+        plan, _ = _check_all(records, orientation, policies=list(NAMED_POLICIES), deltas=[0],
+                             budgets=(0.05, 0.3, 0.5, 0.95, 1.0), orders=7, bootstrap=["exact", 50],
+                             groups=["group"], seed=2, min_task_coverage=0.0)
+        assert min(len(plan.pair_tasks(p)) for p in range(plan.n_pairs)) == 1
+
+
 def test_seeds_pool_and_intervals():
     records = from_rows(synth(6, n_systems=4))
     _check_all(records, seeds=3, policies=["coverage_bootstrap", "anytime_coverage", "uniform_forced"],
