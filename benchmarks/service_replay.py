@@ -40,7 +40,7 @@ def run_once(records: Path, workers: int, cli_bytes: bytes, tmp: Path) -> float:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(PG).set(database=name).render_as_string(hide_password=False)
     env = procs.env_for(database_url=url, broker_url=f"{REDIS}/{secrets.randbelow(15) + 1}",
-                        celery_queue=name, data_dir=tmp / "data", chunk_pairs=64)
+                        celery_queue=name, data_dir=tmp / "data")
     started: list[subprocess.Popen] = []
     try:
         subprocess.run([sys.executable, "-m", "service.cli", "migrate"], cwd=REPO, env=env, check=True,

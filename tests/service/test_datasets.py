@@ -126,3 +126,12 @@ def test_pagination_and_404(client: TestClient) -> None:
     missing = client.get("/v1/datasets/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
     assert client.get("/v1/datasets/not-a-uuid").status_code == 422
+
+
+def test_malformed_multipart_is_400_not_500(client: TestClient) -> None:
+    r = client.post(
+        "/v1/datasets", content=b"--x\r\nnot a part", headers={"content-type": "multipart/form-data; boundary=x"}
+    )
+    assert 400 <= r.status_code < 500 and "error" in r.json()
+    r = client.post("/v1/datasets", content=b"abc", headers={"content-type": "multipart/form-data"})
+    assert 400 <= r.status_code < 500 and "error" in r.json()

@@ -221,3 +221,26 @@ def test_progress_is_reported_while_running(backend: dict) -> None:
             time.sleep(0.05)
         assert state["status"] == "succeeded" and state["progress"] == 1.0
         assert any(0 < p < 1 for p in seen), seen
+
+
+def test_embedded_restart_resumes_unfinished_replays(backend: dict) -> None:
+    """The in-process runner dies with its process; the next start finishes the job and
+    the report equals an uninterrupted run."""
+    import time
+
+    from service.engine.report import report_json
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    content = synth_csv(seed=16, n_systems=4, n_tasks=200)
+    spec = {**SMALL_SPEC, "orders": 500, "bootstrap": [200], "budgets": "0.05:0.95:0.05"}
+    settings = make_settings(**backend, chunk_pairs=3, heartbeat_seconds=0.1)
+    with TestClient(create_app(settings)) as c:
+        rid = _submit(c, upload(c, content)["id"], **spec)["id"]
+        while c.get(f"/v1/replays/{rid}").json()["status"] == "queued":
+            time.sleep(0.01)
+    # the app stopped mid-replay (its runner was shut down)
+    with TestClient(create_app(settings)) as c:
+        done = wait_for(c, rid)
+        assert done["status"] == "succeeded"
+        assert c.get(f"/v1/replays/{rid}/report").content == report_json(engine_report(content, spec))
