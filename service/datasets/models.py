@@ -24,5 +24,5 @@ class Dataset(Base):
     n_systems: Mapped[int] = mapped_column(Integer)
     n_tasks: Mapped[int] = mapped_column(Integer)
     summary: Mapped[dict[str, Any]] = mapped_column(JSON)
-    content: Mapped[bytes] = deferred(mapped_column(LargeBinary))
+    content: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
