@@ -94,11 +94,11 @@ def spec_from_args(args: argparse.Namespace):
 class ProgressBar:
     """A text bar on stderr, shown only once a run has taken more than a second."""
 
-    def __init__(self, total: int, stream=sys.stderr):
+    def __init__(self, total: int, stream=None):
         self.total = max(total, 1)
         self.done = 0
         self.start = time.monotonic()
-        self.stream = stream
+        self.stream = stream or sys.stderr  # looked up now: tests and callers may swap sys.stderr
         self.shown = False
 
     def __call__(self, n: int) -> None:

@@ -498,6 +498,7 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         cost_frac[zero_total] = (ts.ks / n)[None, :]
     cost_frac[~cost_ok] = np.nan
     hist_cache: dict[str, tuple] = {}
+    anytime_cache: dict[tuple, tuple] = {}
     for c in cfgs:
         cfg = plan.configs[c]
         rows = members - out.start
@@ -509,7 +510,15 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         rule = cfg.policy.rule
         used = None
         if rule == "anytime":
-            dec, used, cov_at_stop = _anytime(plan, ts_id, values, order, cfg, theta, neyman_counts)
+            akey = (cfg.a, cfg.policy.coverage_aware, cfg.group, cfg.floor)
+            if (akey, theta) not in anytime_cache:  # every threshold of this kind in one pass
+                thetas = sorted({plan.configs[c2].delta / 100.0 for c2 in cfgs
+                                 if plan.configs[c2].policy.rule == "anytime"
+                                 and (plan.configs[c2].a, plan.configs[c2].policy.coverage_aware,
+                                      plan.configs[c2].group, plan.configs[c2].floor) == akey})
+                for th, res in zip(thetas, _anytime(plan, ts_id, values, order, cfg, thetas), strict=True):
+                    anytime_cache[(akey, th)] = res
+            dec, used, cov_at_stop = anytime_cache[(akey, theta)]
             covfail = (dec != 0) & ~cov_at_stop
         else:
             if rule == "forced":
@@ -587,9 +596,9 @@ def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: 
     return cache[key]
 
 
-def _anytime(plan: Plan, ts_id: int, values: np.ndarray, order: np.ndarray | None, cfg: Config, theta: float,
-             neyman_counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decisions, tasks used and coverage-at-stop ``[P, R, J]`` for the anytime rule."""
+def _anytime(plan: Plan, ts_id: int, values: np.ndarray, order: np.ndarray | None, cfg: Config,
+             thetas: Sequence[float]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per threshold: decisions, tasks used and coverage-at-stop ``[P, R, J]`` (anytime rule)."""
     ts = plan._tasksets[ts_id]
     if order is None:
         raise SpecError("policies", "the anytime rule needs a single task order (not neyman)")
@@ -599,30 +608,31 @@ def _anytime(plan: Plan, ts_id: int, values: np.ndarray, order: np.ndarray | Non
     n_g = np.bincount(lab, minlength=n_groups)
     steps = np.arange(1, kmax + 1)
     req = required(cfg.floor, steps, n_g)  # [kmax, G]
-    counts = np.zeros((reps, n_groups), dtype=np.int64)
-    cov_step = np.empty((reps, kmax), dtype=bool)
     feas = req.sum(axis=1) <= steps
-    for t in range(kmax):  # coverage met after t+1 observations, per order
-        counts[np.arange(reps), lab[order[:, t]]] += 1
-        cov_step[:, t] = np.all(counts >= req[t][None, :], axis=1) & feas[t]
-    p_n = len(values)
-    dec = np.zeros((p_n, reps), dtype=np.int8)
-    stop = np.zeros((p_n, reps), dtype=np.int64)
+    onehot = np.eye(n_groups, dtype=np.int32)[lab[order[:, :kmax]]]  # [R, kmax, G]
+    counts = np.cumsum(onehot, axis=1)
+    cov_step = np.all(counts >= req[None], axis=2) & feas[None, :]  # coverage met after t+1 observations
+    p_n, n_th = len(values), len(thetas)
+    dec = np.zeros((n_th, p_n, reps), dtype=np.int8)
+    stop = np.zeros((n_th, p_n, reps), dtype=np.int64)
     block = max(1, BLOCK_ELEMENTS // (reps * kmax))
     for i in range(0, p_n, block):
         v = values[i : i + block][:, order[:, :kmax]]  # [b, R, kmax]
         b = v.shape[0]
         cov_ok = np.tile(cov_step, (b, 1)) if cfg.policy.coverage_aware else None
-        d, st = R.anytime_paths(v.reshape(b * reps, kmax), plan.lattice, n, theta, cfg.a, kmax, cov_ok)
-        dec[i : i + b] = d.reshape(b, reps)
-        stop[i : i + b] = st.reshape(b, reps)
+        d, st = R.anytime_paths(v.reshape(b * reps, kmax), plan.lattice, n, list(thetas), cfg.a, kmax, cov_ok)
+        dec[:, i : i + b] = d.reshape(n_th, b, reps)
+        stop[:, i : i + b] = st.reshape(n_th, b, reps)
     ks = ts.ks[None, None, :]
-    reached = stop[:, :, None] <= ks
-    decisions = np.where(reached, dec[:, :, None], R.DEFER).astype(np.int8)
-    used = np.minimum(stop[:, :, None], ks)
-    idx = np.clip(stop - 1, 0, kmax - 1)
-    cov_at = np.take_along_axis(np.broadcast_to(cov_step, (p_n, reps, kmax)), idx[:, :, None], axis=2)[:, :, 0]
-    return decisions, used, np.broadcast_to(cov_at[:, :, None], decisions.shape)
+    out = []
+    for t in range(n_th):
+        reached = stop[t][:, :, None] <= ks
+        decisions = np.where(reached, dec[t][:, :, None], R.DEFER).astype(np.int8)
+        used = np.minimum(stop[t][:, :, None], ks)
+        idx = np.clip(stop[t] - 1, 0, kmax - 1)
+        cov_at = np.take_along_axis(np.broadcast_to(cov_step, (p_n, reps, kmax)), idx[:, :, None], axis=2)[:, :, 0]
+        out.append((decisions, used, np.broadcast_to(cov_at[:, :, None], decisions.shape)))
+    return out
 
 
 # ------------------------------------------------------------------------- report

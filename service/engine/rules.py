@@ -14,6 +14,7 @@ sufficient statistics so that replay can evaluate millions of cases at once:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,35 +288,38 @@ def _log_wealth(quad: tuple, sign: int, mu) -> np.ndarray:
     return sign * (l1 - l2 * mu) - (q0 - 2.0 * q1 * mu + q2 * mu * mu)
 
 
-def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float, a: float, kmax: int,
+def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[float], a: float, kmax: int,
                   cov_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """First conclusion of the anytime-valid rule along each path (docs/engine-api.md).
 
     ``v``: ``[cases, >= kmax]`` integer lattice values in observation order (``d = v/L``);
     ``n``: population size ``N``; ``cov_ok``: ``[cases or 1, kmax]`` coverage met at step t.
     Returns ``(decision, stop)``: decision at the first step ``t <= kmax`` that concludes,
-    ``stop = t`` (``kmax + 1`` when none).
+    ``stop = t`` (``kmax + 1`` when none). With a sequence of thresholds both gain a leading
+    axis: the wealth sums do not depend on θ, so several thresholds cost little more than one.
+    Paths that have concluded for every θ are dropped from the working set as they go.
     """
+    thetas = np.atleast_1d(np.asarray(theta, dtype=np.float64))
+    n_th = len(thetas)
     cases = v.shape[0]
     log_inv_a = math.log(1.0 / a)
-    theta_x = (theta + 1.0) / 2.0
-    x_all = (np.asarray(v[:, :kmax], dtype=np.float64) / lattice + 1.0) / 2.0
-    s_prev = np.zeros(cases)
-    mu_hat = np.full(cases, 0.5)
-    var_acc = np.full(cases, 0.25)
-    l1 = np.zeros(cases)
-    l2 = np.zeros(cases)
-    q0 = np.zeros(cases)
-    q1 = np.zeros(cases)
-    q2 = np.zeros(cases)
-    dec = np.zeros(cases, dtype=np.int8)
-    stop = np.full(cases, kmax + 1, dtype=np.int64)
-    live = np.ones(cases, dtype=bool)
-    vsum = np.zeros(cases, dtype=np.int64)
+    theta_x = (thetas[:, None] + 1.0) / 2.0
+    xt = np.ascontiguousarray(((np.asarray(v[:, :kmax], dtype=np.float64) / lattice + 1.0) / 2.0).T)
+    vt = np.ascontiguousarray(np.asarray(v[:, :kmax], dtype=np.int64).T)
+    cov_t = None
+    if cov_ok is not None:
+        cov_t = np.ascontiguousarray(np.broadcast_to(cov_ok[:, :kmax], (cases, kmax)).T)
+    idx = np.arange(cases)  # cases still undecided for some θ
+    state = np.zeros((9, cases))  # s_prev, var_acc, l1, l2, q0, q1, q2, vsum, mu_hat
+    state[1] = 0.25
+    state[8] = 0.5
+    dec = np.zeros((n_th, cases), dtype=np.int8)
+    stop = np.full((n_th, cases), kmax + 1, dtype=np.int64)
+    live = np.ones((n_th, cases), dtype=bool)
     for i in range(1, kmax + 1):
-        x = x_all[:, i - 1]
-        sigma2 = var_acc / i
-        lam = np.minimum(0.5, np.sqrt(2.0 * log_inv_a / (sigma2 * i * math.log(1.0 + i))))
+        s_prev, var_acc, l1, l2, q0, q1, q2, vsum, mu_hat = state
+        x = xt[i - 1, idx]
+        lam = np.minimum(0.5, np.sqrt(2.0 * log_inv_a / (var_acc / i * i * math.log(1.0 + i))))
         psi = -np.log1p(-lam) - lam
         rem = n - i + 1
         ai = x + s_prev / rem
@@ -327,30 +331,32 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float, a: float, k
         q2 += psi * bi * bi
         var_acc += (x - mu_hat) ** 2
         s_prev += x
-        mu_hat = (0.5 + s_prev) / (i + 1)
-        vsum += v[:, i - 1].astype(np.int64)
+        state[8] = (0.5 + s_prev) / (i + 1)
+        vsum += vt[i - 1, idx]
         lo = s_prev / n
         hi = (s_prev + n - i) / n
-
         quad = (l1, l2, q0, q1, q2)
-        pos = above(vsum, i, theta, lattice)
-        acc = pos & (
-            (lo > theta_x + TOL)
-            | ((_log_wealth(quad, 1, lo) >= log_inv_a) & (_log_wealth(quad, 1, theta_x) >= log_inv_a))
-        )
-        rej = ~pos & (
-            (hi <= theta_x + TOL)
-            | ((_log_wealth(quad, -1, theta_x) >= log_inv_a) & (_log_wealth(quad, -1, hi) >= log_inv_a))
-        )
-        hit = live & (acc | rej)
-        if cov_ok is not None:
-            hit &= cov_ok[:, i - 1] if cov_ok.shape[0] == cases else cov_ok[0, i - 1]
+        pos = above(vsum[None, :], i, thetas[:, None], lattice)
+        up_lo = _log_wealth(quad, 1, lo) >= log_inv_a
+        dn_hi = _log_wealth(quad, -1, hi) >= log_inv_a
+        acc = pos & ((lo > theta_x + TOL) | (up_lo & (_log_wealth(quad, 1, theta_x) >= log_inv_a)))
+        rej = ~pos & ((hi <= theta_x + TOL) | ((_log_wealth(quad, -1, theta_x) >= log_inv_a) & dn_hi))
+        hit = live[:, idx] & (acc | rej)
+        if cov_t is not None:
+            hit &= cov_t[i - 1, idx][None, :]
         if hit.any():
-            dec[hit] = np.where(acc[hit], ACCEPT, REJECT)
-            stop[hit] = i
-            live &= ~hit
-            if not live.any():
+            th, col = np.nonzero(hit)
+            dec[th, idx[col]] = np.where(acc[th, col], ACCEPT, REJECT)
+            stop[th, idx[col]] = i
+            live[th, idx[col]] = False
+            still = live[:, idx].any(axis=0)
+            if not still.any():
                 break
+            if still.sum() < 0.7 * len(idx):  # compact the working set
+                idx = idx[still]
+                state = state[:, still]
+    if np.ndim(theta) == 0:
+        return dec[0], stop[0]
     return dec, stop
 
 
