@@ -88,7 +88,10 @@ def bind_runner(factory: sessionmaker[Session], runner: JobRunner) -> None:
     def _send(session: Session) -> None:
         jobs = session.info.pop(_PENDING, [])
         for name, args in jobs:
-            runner.send(name, *args)
+            try:
+                runner.send(name, *args)
+            except Exception:  # the rows are committed: a worker's sweeper re-sends what never left
+                log.exception("could not send %s%r; it will be re-sent by a sweep", name, args)
 
     @event.listens_for(factory, "after_rollback")
     def _drop(session: Session) -> None:

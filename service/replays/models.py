@@ -46,6 +46,8 @@ class Replay(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    """When ``replays.run`` was last sent; a queued replay sent long ago is sent again."""
     report_etag: Mapped[str | None] = mapped_column(String(80), default=None)
     report_json: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, default=None))
     report_csv: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, default=None))
@@ -65,6 +67,8 @@ class ReplayChunk(Base):
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     """Share of the chunk's cases done, refreshed with the heartbeat (1 once stored)."""
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    """When the chunk's job was last sent; a pending chunk sent long ago is sent again."""
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     result: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, default=None))
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.orm import Session, undefer
 
 from service.db import utcnow
@@ -16,6 +16,7 @@ from service.replays.models import (
     CHUNK_PENDING,
     CHUNK_RUNNING,
     FINISHED,
+    QUEUED,
     RUNNING,
     MetricRow,
     Replay,
@@ -154,6 +155,34 @@ def stale_chunks(session: Session, older_than: datetime) -> list[ReplayChunk]:
                 ReplayChunk.heartbeat_at < older_than,
             )
             .with_for_update(of=ReplayChunk, skip_locked=True)
+        )
+    )
+
+
+def undelivered_chunks(session: Session, sent_before: datetime) -> list[ReplayChunk]:
+    """Pending chunks of running replays whose job was sent before ``sent_before`` and never
+    started (the message was lost, or is still waiting behind a long queue)."""
+    return list(
+        session.scalars(
+            select(ReplayChunk)
+            .join(Replay, Replay.id == ReplayChunk.replay_id)
+            .where(
+                Replay.status == RUNNING,
+                ReplayChunk.status == CHUNK_PENDING,
+                or_(ReplayChunk.dispatched_at.is_(None), ReplayChunk.dispatched_at < sent_before),
+            )
+            .with_for_update(of=ReplayChunk, skip_locked=True)
+        )
+    )
+
+
+def undelivered_replays(session: Session, sent_before: datetime) -> list[Replay]:
+    """Queued replays whose ``replays.run`` was sent before ``sent_before`` and never ran."""
+    return list(
+        session.scalars(
+            select(Replay)
+            .where(Replay.status == QUEUED, or_(Replay.dispatched_at.is_(None), Replay.dispatched_at < sent_before))
+            .with_for_update(skip_locked=True)
         )
     )
 

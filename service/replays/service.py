@@ -101,6 +101,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
         spec=spec.to_dict(),
         n_pairs=plan.n_pairs,
         n_chunks=len(bounds),
+        dispatched_at=utcnow(),
     )
     repository.add(session, replay, bounds)
     _remember_plan(replay.id, plan)

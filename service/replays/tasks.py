@@ -46,7 +46,9 @@ def run(ctx: TaskContext, replay_id: str) -> None:
             replay.status = RUNNING
             replay.started_at = utcnow()
         pending = repository.unfinished_chunks(session, rid)
+        now = utcnow()
         for chunk in pending:
+            chunk.dispatched_at = now
             enqueue(session, "replays.chunk", replay_id, chunk.chunk_index)
     if not pending:
         finalize(ctx, rid)
@@ -184,13 +186,25 @@ def _fail(ctx: TaskContext, rid: uuid.UUID, exc: BaseException) -> None:
 
 @task("replays.sweep")
 def sweep(ctx: TaskContext) -> None:
-    """Recover work a dead worker left behind (kill -9, lost message)."""
-    cutoff = utcnow() - timedelta(seconds=ctx.settings.stale_after_seconds)
+    """Recover work a dead worker left behind (kill -9) or a message that never arrived
+    (broker down at send time): each is sent again at most once per ``stale_after_seconds``."""
+    now = utcnow()
+    cutoff = now - timedelta(seconds=ctx.settings.stale_after_seconds)
     with transaction(ctx.sessionmaker) as session:
         for chunk in repository.stale_chunks(session, cutoff):
             log.warning("re-dispatching stale chunk %s of replay %s", chunk.chunk_index, chunk.replay_id)
             repository.release_chunk(chunk)
+            chunk.dispatched_at = now
             enqueue(session, "replays.chunk", str(chunk.replay_id), chunk.chunk_index)
+        for chunk in repository.undelivered_chunks(session, cutoff):
+            log.warning("re-sending chunk %s of replay %s (sent %s)", chunk.chunk_index, chunk.replay_id,
+                        chunk.dispatched_at)
+            chunk.dispatched_at = now
+            enqueue(session, "replays.chunk", str(chunk.replay_id), chunk.chunk_index)
+        for replay in repository.undelivered_replays(session, cutoff):
+            log.warning("re-sending replay %s (queued since %s)", replay.id, replay.created_at)
+            replay.dispatched_at = now
+            enqueue(session, "replays.run", str(replay.id))
         orphans = repository.running_replays_all_done(session)
     for rid in orphans:
         finalize(ctx, rid)
@@ -203,6 +217,7 @@ def resume_all(ctx: TaskContext) -> int:
         unfinished = repository.unfinished_replays(session)
         for replay in unfinished:
             repository.reset_running_chunks(session, replay.id)
+            replay.dispatched_at = utcnow()
             enqueue(session, "replays.run", str(replay.id))
     return len(unfinished)
 

@@ -244,3 +244,29 @@ def test_embedded_restart_resumes_unfinished_replays(backend: dict) -> None:
         done = wait_for(c, rid)
         assert done["status"] == "succeeded"
         assert c.get(f"/v1/replays/{rid}/report").content == report_json(engine_report(content, spec))
+
+
+def test_sweep_resends_jobs_whose_message_was_lost(backend: dict) -> None:
+    """The broker was down when the replay was submitted: the request still succeeds (the
+    rows are committed) and a later sweep sends the job again."""
+    import time
+
+    from service.main import create_app
+    from service.replays.tasks import sweep
+    from tests.service.conftest import make_settings
+
+    app = create_app(make_settings(**backend, stale_after_seconds=0.2))
+    with TestClient(app) as c:
+        runner = app.state.runner
+        real_send = runner.send
+
+        def broker_down(name: str, *args: object) -> None:
+            raise ConnectionError("broker unreachable")
+
+        runner.send = broker_down
+        rid = _submit(c, upload(c, synth_csv(seed=17))["id"], **SMALL_SPEC)["id"]
+        time.sleep(0.3)
+        assert c.get(f"/v1/replays/{rid}").json()["status"] == "queued"
+        runner.send = real_send
+        sweep(runner.ctx)
+        assert wait_for(c, rid)["status"] == "succeeded"
