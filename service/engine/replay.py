@@ -100,12 +100,16 @@ class Plan:
                     known = ", ".join(filtered.metadata) or "none"
                     raise SpecError("groups", f"group column '{c}' is not in the dataset (metadata: {known})")
         self.lattice = R.find_lattice(filtered.y[filtered.observed])
-        needs_lattice = [p.name for p in spec.policies if p.rule in ("bootstrap", "anytime")]
-        if self.lattice is None and needs_lattice:
+        kmax = max(1, budget_k(max(spec.budgets), filtered.n_tasks))
+        # The exact resampling tail is a convolution on the lattice; past this size (or with
+        # no lattice) finite B is replayed by literal resampling and "exact" is refused.
+        self.fft_bootstrap = self.lattice is not None and 2 * self.lattice * kmax <= R.MAX_FFT
+        if not self.fft_bootstrap and any(p.rule == "bootstrap" for p in spec.policies) and "exact" in spec.bootstrap:
+            why = f"no grid of step 1/L with L <= {R.MAX_LATTICE}" if self.lattice is None else f"L = {self.lattice}"
             raise SpecError(
-                "policies",
-                f"{', '.join(needs_lattice)} need outcomes on a grid of step 1/L (L <= {R.MAX_LATTICE}), "
-                "e.g. 0/1 or fractions of a few trials; these outcomes are not",
+                "bootstrap",
+                f"the exact bootstrap needs outcomes on a small grid of step 1/L ({why} here); use a finite "
+                "number of resamples such as 200",
             )
         for p in spec.policies:
             if p.rule == "mcnemar" and not filtered.binary_single_trial:
@@ -477,7 +481,8 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
     reps, n_j = plan.spec.orders, len(ts.ks)
     n = len(ts.tasks)
     lat = plan.lattice
-    vf = values.astype(np.float64 if lat is None else np.float32)
+    exact32 = lat is not None and float(lat) * lat * n < 2**24  # Σv² stays exact in float32
+    vf = values.astype(np.float32 if exact32 else np.float64)
     ssum = summer(vf)
     need_q = any(plan.configs[c].policy.rule in ("paired_normal", "mcnemar", "bootstrap") for c in cfgs)
     qsum = summer(vf * vf) if need_q else None
@@ -529,6 +534,8 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                 dec = R.mcnemar((qsum + ssum) / 2, (qsum - ssum) / 2, cfg.a)
             elif rule == "serfling":
                 dec = R.serfling(ssum, k, n, theta, cfg.a, lat)
+            elif rule == "bootstrap" and not plan.fft_bootstrap:
+                dec = _bootstrap_literal(plan, ts_id, members, values, order, c, s, theta)
             elif rule == "bootstrap":
                 p_low, pos, inv = _bootstrap_tail(values, summer, ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":
@@ -552,6 +559,35 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         out.coverage_fail[sel, c, s] = np.broadcast_to(covfail, (len(members), reps, n_j))[appl].sum(axis=1)
         out.cost_sum[sel, c, s] = cost_frac[appl].sum(axis=1)
         out.used_sum[sel, c, s] = (used[appl] if used is not None else np.broadcast_to(ts.ks, dec.shape)).sum(axis=1)
+
+
+def _bootstrap_literal(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,
+                       c: int, s: int, theta: float) -> np.ndarray:
+    """``B`` literal resamples per case, for outcomes off a small lattice (slow, exact in law)."""
+    ts = plan._tasksets[ts_id]
+    cfg = plan.configs[c]
+    reps, big_b = plan.spec.orders, int(cfg.bootstrap)
+    lat = plan.lattice
+    dec = np.zeros((len(members), reps, len(ts.ks)), dtype=np.int8)
+    for i, p in enumerate(members):
+        rng = plan._rng(s, _STREAM["bootstrap"], *plan.pairs[p], c)
+        v = values[i]
+        for j, k in enumerate(ts.ks):
+            k = int(k)
+            pos = order[:, :k] if order is not None else plan.case_observed(int(p), s, c, j)
+            obs = v[pos]  # [R, k]
+            positive = R.above(obs.sum(axis=1).astype(np.float64), k, theta, lat)
+            low = np.zeros(reps, dtype=np.int64)
+            step = max(1, 4_000_000 // (big_b * k))
+            for r0 in range(0, reps, step):
+                draws = rng.integers(0, k, size=(min(step, reps - r0), big_b, k))
+                sums = np.take_along_axis(obs[r0 : r0 + step, None, :], draws, axis=2).sum(axis=2)
+                low[r0 : r0 + step] = (~R.above(sums.astype(np.float64), k, theta, lat)).sum(axis=1)
+            c_max = math.floor(cfg.a * big_b + 1e-9)
+            acc = positive & (low <= c_max)
+            rej = ~positive & (big_b - low <= c_max)
+            dec[i, :, j] = np.where(acc, R.ACCEPT, np.where(rej, R.REJECT, R.DEFER))
+    return dec
 
 
 def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray,

@@ -21,19 +21,29 @@ import numpy as np
 from scipy import stats
 
 ACCEPT, REJECT, DEFER = 1, -1, 0
-MAX_LATTICE = 1000
+MAX_LATTICE = 10_000
+MAX_FFT = 1 << 18
+"""Largest support (lattice units) of a resample sum whose exact law is convolved by FFT."""
 TOL = 1e-9
 FAR_TAIL = 1e-13
 
 
 def find_lattice(values: np.ndarray, max_l: int = MAX_LATTICE) -> int | None:
-    """Smallest ``L <= max_l`` with every value an integer multiple of ``1/L`` (within 1e-9)."""
+    """Smallest ``L <= max_l`` with every value an integer multiple of ``1/L`` (within 1e-9).
+
+    Candidates come from a sample of the distinct values (a lattice of all values is one of
+    the sample's), then each is checked on all of them.
+    """
     v = np.unique(np.asarray(values, dtype=np.float64))
     v = v[np.isfinite(v)]
-    for lat in range(1, max_l + 1):
-        scaled = v * lat
-        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 * max(lat, 1)):
-            return lat
+    sample = v[:: max(1, len(v) // 64)]
+    lats = np.arange(1, max_l + 1, dtype=np.float64)
+    scaled = lats[:, None] * sample[None, :]
+    ok = np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 * lats[:, None], axis=1)
+    for lat in np.flatnonzero(ok) + 1:
+        full = v * lat
+        if np.all(np.abs(full - np.round(full)) <= 1e-9 * lat):
+            return int(lat)
     return None
 
 
@@ -304,8 +314,9 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
     cases = v.shape[0]
     log_inv_a = math.log(1.0 / a)
     theta_x = (thetas[:, None] + 1.0) / 2.0
-    xt = np.ascontiguousarray(((np.asarray(v[:, :kmax], dtype=np.float64) / lattice + 1.0) / 2.0).T)
-    vt = np.ascontiguousarray(np.asarray(v[:, :kmax], dtype=np.int64).T)
+    scale = lattice or 1  # without a lattice ``v`` holds the differences themselves
+    xt = np.ascontiguousarray(((np.asarray(v[:, :kmax], dtype=np.float64) / scale + 1.0) / 2.0).T)
+    vt = np.ascontiguousarray(np.asarray(v[:, :kmax], dtype=np.float64).T)
     cov_t = None
     if cov_ok is not None:
         cov_t = np.ascontiguousarray(np.broadcast_to(cov_ok[:, :kmax], (cases, kmax)).T)
@@ -410,13 +421,22 @@ def decide(rule: str, d: np.ndarray, theta: float, a: float = 0.05, resamples: i
         eps = float(serfling_radius(k, big_n, a))
         return RuleResult(int(serfling(s, kk, big_n, theta, a, lat)), k, m, {"radius": eps})
     if rule == "bootstrap":
-        if lat is None:
-            raise ValueError("the bootstrap needs outcomes on a lattice of step 1/L (L <= 1000)")
+        pos = above(s, kk, theta, lat)
+        if lat is None or 2 * lat * k > MAX_FFT:  # off a small lattice: literal resamples
+            if resamples == "exact":
+                raise ValueError("the exact bootstrap needs outcomes on a small grid of step 1/L; use a finite B")
+            if rng is None:
+                raise ValueError("a finite number of resamples needs rng")
+            big_b = int(resamples)
+            sums = v[rng.integers(0, k, size=(big_b, k))].sum(axis=1)
+            low = int((~above(sums.astype(np.float64), k, theta, lat)).sum())
+            c_max = math.floor(a * big_b + 1e-9)
+            dec = ACCEPT if pos and low <= c_max else REJECT if not pos and big_b - low <= c_max else DEFER
+            return RuleResult(dec, k, m, {"p_low": low / big_b, "p_high": 1.0 - low / big_b})
         c = bootstrap_threshold(theta, kk, lat)
         vals = np.unique(v)
         hist = np.array([[int((v == x).sum()) for x in vals]])
         p_low = float(tail_lattice(hist, vals, np.atleast_1d(c))[0])
-        pos = above(s, kk, theta, lat)
         u = None
         if resamples != "exact":
             if rng is None:
@@ -425,8 +445,6 @@ def decide(rule: str, d: np.ndarray, theta: float, a: float = 0.05, resamples: i
         dec = int(bootstrap_from_tail(np.array(p_low), np.array(pos), a, resamples, u))
         return RuleResult(dec, k, m, {"p_low": p_low, "p_high": 1.0 - p_low})
     if rule == "anytime":
-        if lat is None:
-            raise ValueError("anytime needs outcomes on a lattice of step 1/L (L <= 1000)")
         big_n = n or k
         dec, stop = anytime_paths(v[None, :], lat, big_n, theta, a, k)
         return RuleResult(int(dec[0]), k, m, {"stopped_at": int(stop[0]) if stop[0] <= k else None})

@@ -475,13 +475,6 @@ def _off_lattice_rows(kind: str) -> list[dict]:
     return rows
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SpecError,
-    reason="engine bug: plan_replay refuses anytime and bootstrap(B) when outcomes are not on a lattice of "
-    "step 1/L with L <= 1000 (4-decimal scores; trial counts 1..10 give L = 2520); issue item 7 says "
-    "fractional and multi-trial outcomes work everywhere and only mcnemar refuses",
-)
 @pytest.mark.parametrize("kind", ["four_decimals", "trials_1_to_10"])
 def test_off_lattice_fractional_outcomes_work_everywhere(kind):
     """Issue item 7: fractional and multi-trial outcomes work everywhere; only mcnemar may
