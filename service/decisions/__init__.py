@@ -1,0 +1,1 @@
+"""Stateless live decisions (SPEC §7): ``POST /v1/decisions``."""

@@ -1,0 +1,203 @@
+"""Live decision use cases: normalise a request, decide with the engine, add calibration."""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.datasets import service as datasets
+from service.decisions import repository
+from service.decisions.schemas import DecisionCreate, RuleOptions
+from service.engine.live import (
+    LiveError,
+    LiveSpec,
+    Observed,
+    Universe,
+    aggregate_columns,
+    live_decision,
+    make_live_spec,
+    make_universe,
+)
+from service.engine.records import group_labels
+from service.engine.spec import NAMED_POLICIES, ORDERS
+from service.errors import Unprocessable
+
+
+def unprocessable(exc: LiveError) -> Unprocessable:
+    return Unprocessable([{"field": exc.field, "message": exc.message}])
+
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """The rule, its coverage-awareness and the policy names a replay would store it under."""
+
+    rule: str
+    coverage_aware: bool
+    policy_names: tuple[str, ...]
+
+
+def resolve_rule(opts: RuleOptions, default_rule: str) -> RuleChoice:
+    """``policy`` (named) or ``rule``; the names to match replays by, preferred first."""
+    return rule_choice(opts.policy, opts.rule, opts.coverage_aware, default_rule)
+
+
+def rule_choice(policy_name: str | None, rule: str | None, coverage_aware: bool | None,
+                default_rule: str) -> RuleChoice:
+    if policy_name is not None:
+        policy = NAMED_POLICIES.get(policy_name)
+        if policy is None:
+            raise LiveError("policy", f"unknown policy '{policy_name}'; named policies: {', '.join(NAMED_POLICIES)}")
+        if rule is not None and rule != policy.rule:
+            raise LiveError("rule", f"policy '{policy.name}' uses rule '{policy.rule}', not '{rule}'")
+        cov = policy.coverage_aware if coverage_aware is None else coverage_aware
+        return RuleChoice(policy.rule, cov, (policy.name,))
+    rule = rule or default_rule
+    cov = True if coverage_aware is None else coverage_aware
+    named = [p.name for p in NAMED_POLICIES.values() if p.rule == rule and p.coverage_aware == cov]
+    named.sort(key=lambda name: NAMED_POLICIES[name].order != "stratified")
+    custom = [f"custom:{o}/{rule}{'/coverage' if cov else ''}" for o in ("stratified", *[o for o in ORDERS
+                                                                                       if o != "stratified"])]
+    return RuleChoice(rule, cov, (*named, *custom))
+
+
+def live_spec(opts: RuleOptions, choice: RuleChoice, *, budgets: list[float] | None, budget: float | None,
+              seed: int) -> LiveSpec:
+    return make_live_spec(rule=choice.rule, delta=opts.delta, a=opts.a, floor=opts.floor, bootstrap=opts.bootstrap,
+                          coverage_aware=choice.coverage_aware, budgets=budgets, budget=budget, seed=seed)
+
+
+_UNIVERSES: OrderedDict[tuple[uuid.UUID, str | None], Universe] = OrderedDict()
+_UNIVERSES_LOCK = Lock()
+
+
+def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None) -> Universe:
+    """Every task of the dataset (SPEC §1) with its group under ``group`` (kept in memory:
+    datasets never change)."""
+    key = (dataset_id, group)
+    with _UNIVERSES_LOCK:
+        if key in _UNIVERSES:
+            _UNIVERSES.move_to_end(key)
+            return _UNIVERSES[key]
+    records = datasets.load_records(session, dataset_id)
+    try:
+        labels, names = group_labels(records, group)
+    except ValueError as exc:
+        raise LiveError("group", str(exc)) from None
+    universe = make_universe(records.tasks, [names[i] for i in labels.tolist()])
+    with _UNIVERSES_LOCK:
+        _UNIVERSES[key] = universe
+        while len(_UNIVERSES) > 16:
+            _UNIVERSES.popitem(last=False)
+    return universe
+
+
+def inline_universe(task_ids: list[str], groups: list[str | None] | None) -> Universe:
+    return make_universe(task_ids, groups, field="universe")
+
+
+def observed_of(body: DecisionCreate, universe: Universe) -> Observed:
+    """Aggregate the request's observations (list or compact form) over the universe."""
+    systems = (body.system_a, body.system_b)
+    if body.observations is not None and body.outcomes is not None:
+        raise LiveError("outcomes", "give observations or outcomes, not both")
+    if body.outcomes is not None:
+        sys_col: list[str] = []
+        task_col: list[str] = []
+        trial_col: list[int] = []
+        out_col: list[Any] = []
+        for name, per_task in body.outcomes.items():
+            if name not in systems:
+                raise LiveError(f"outcomes.{name}", f"'{name}' is neither system A ('{systems[0]}') nor B "
+                                                    f"('{systems[1]}')")
+            for task, value in per_task.items():
+                if isinstance(value, list):
+                    for trial, v in enumerate(value):
+                        sys_col.append(name)
+                        task_col.append(task)
+                        trial_col.append(trial)
+                        out_col.append(v)
+                else:
+                    sys_col.append(name)
+                    task_col.append(task)
+                    trial_col.append(0)
+                    out_col.append(value)
+        order = body.order if body.order is not None else list(body.outcomes.get(body.system_a, {}))
+        return aggregate_columns(universe, sys_col, task_col, trial_col, out_col, systems, order=order,
+                                 where=lambda i: f"outcomes.{sys_col[i]}.{task_col[i]}")
+    obs = body.observations or []
+    return aggregate_columns(universe, [o.system for o in obs], [o.task_id for o in obs], [o.trial for o in obs],
+                             [o.outcome for o in obs], systems, order=body.order)
+
+
+def check_systems(system_a: str, system_b: str) -> None:
+    if not system_a:
+        raise LiveError("system_a", "name system A")
+    if not system_b:
+        raise LiveError("system_b", "name system B")
+    if system_a == system_b:
+        raise LiveError("system_b", f"A and B must be different systems (both are '{system_a}')")
+
+
+def calibration(session: Session, dataset_id: uuid.UUID, choice: RuleChoice, spec: LiveSpec, group: str | None,
+                fraction: float) -> dict[str, Any] | None:
+    """The newest finished replay of the dataset with this policy, δ, floor, level and
+    grouping: its FAR, FRR and defer rate at the replayed budget nearest to ``k/N`` and its
+    minimum sufficient budget; ``None`` when there is none."""
+    rows = repository.calibration_rows(session, dataset_id, policies=list(choice.policy_names), floor=spec.floor,
+                                       delta=spec.delta, a=spec.a, group=group)
+    if not rows:
+        return None
+    replay_id = rows[0]["id"]
+    rows = [r for r in rows if r["id"] == replay_id]
+    present = {r["policy"] for r in rows}
+    policy = next(p for p in choice.policy_names if p in present)
+    rows = [r for r in rows if r["policy"] == policy]
+    boots = [r["bootstrap"] for r in rows]
+    boot = str(spec.bootstrap) if str(spec.bootstrap) in boots else boots[0]
+    rows = [r for r in rows if r["bootstrap"] == boot]
+    budgets = sorted({r["budget"] for r in rows if r["budget"] is not None})
+    nearest = min(budgets, key=lambda b: (abs(b - fraction), -b)) if budgets else None
+    out: dict[str, Any] = {"replay_id": replay_id, "policy": policy, "group": group, "bootstrap": boot,
+                           "budget": nearest, "false_accept_rate": None, "false_reject_rate": None,
+                           "defer_rate": None, "minimum_sufficient_budget": None}
+    for r in rows:
+        if r["budget"] is None and r["metric"] == "minimum_sufficient_budget":
+            out["minimum_sufficient_budget"] = r["value"]
+        elif nearest is not None and r["budget"] is not None and abs(r["budget"] - nearest) < 1e-12 \
+                and r["metric"] in ("false_accept_rate", "false_reject_rate", "defer_rate"):
+            out[r["metric"]] = r["value"]
+    return out
+
+
+def decide(factory: sessionmaker[Session], body: DecisionCreate) -> dict[str, Any]:
+    """One stateless decision. Opens a (read-only) database session only for a dataset."""
+    try:
+        check_systems(body.system_a, body.system_b)
+        choice = resolve_rule(body, "bootstrap")
+        spec = live_spec(body, choice, budgets=body.budgets, budget=body.budget, seed=body.seed)
+        if body.dataset_id is None:
+            if body.universe is None:
+                raise LiveError("universe", "give the task universe or a dataset_id")
+            universe = inline_universe(body.universe.task_ids, body.universe.groups)
+            observed = observed_of(body, universe)
+            out = live_decision(universe, observed, spec)
+            out["calibration"] = None
+            return out
+        if body.universe is not None:
+            raise LiveError("universe", "give the task universe or a dataset_id, not both")
+        with factory() as session:
+            universe = dataset_universe(session, body.dataset_id, body.group)
+            observed = observed_of(body, universe)
+            out = live_decision(universe, observed, spec)
+            out["calibration"] = (
+                calibration(session, body.dataset_id, choice, spec, body.group, observed.k / universe.n)
+                if body.calibration else None
+            )
+            return out
+    except LiveError as exc:
+        raise unprocessable(exc) from None

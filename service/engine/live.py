@@ -1,0 +1,538 @@
+"""Live accept / reject / defer for a run in progress (SPEC §7).
+
+A harness has observed some tasks of a benchmark for systems A and B. ``live_decision``
+answers with the decision of the chosen rule (SPEC §4.2, computed by the very kernels the
+replay uses: ``rules.decide`` for fixed-sample rules and ``rules.anytime_paths`` for
+``anytime``), why, the coverage table at ``k`` (SPEC §3), and which unobserved tasks to run
+next so that coverage is met at the next budget point.
+
+Inputs are normalised once (``make_universe``, ``aggregate``, ``make_live_spec``); every
+problem raises ``LiveError(field, message)``. Outcomes are aggregated per SPEC §1: the
+outcome of a system on a task is the mean over its trials, and a task counts as observed
+(one of the ``k``) once both systems have ``trials_needed`` trials of it. The sequence in
+which tasks became observed matters only to ``anytime`` (its verdict is the first
+conclusion along the sequence).
+
+Determinism: the default bootstrap is exact; a finite ``B`` draws its one uniform from a
+generator seeded by a hash of the observed differences; ``next`` breaks ties with a
+generator seeded by a hash of the universe (so suggestions are stable while a run goes on).
+
+Example::
+
+    >>> u = make_universe(["t1", "t2", "t3", "t4"], ["x", "x", "y", "y"])
+    >>> obs = aggregate(u, [("A", "t1", 0, 1.0), ("B", "t1", 0, 0.0),
+    ...                     ("A", "t3", 0, 1.0), ("B", "t3", 0, 1.0)], ("A", "B"))
+    >>> out = live_decision(u, obs, make_live_spec(rule="bootstrap", delta=0))
+    >>> out["decision"], out["reason"], out["k"], out["N"]
+    ('defer', 'insufficient_evidence', 2, 4)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.engine import rules as R
+from service.engine.coverage import FLOORS, budget_k, required
+from service.engine.orders import stratified_orders
+from service.engine.spec import DEFAULT_BUDGETS, RULES
+
+FIXED_SAMPLE_RULES = tuple(r for r in RULES if r != "anytime")
+DEFAULT_LIVE_BUDGETS: tuple[float, ...] = (*DEFAULT_BUDGETS, 1.0)
+REASONS = ("decided", "coverage_unmet", "coverage_infeasible", "insufficient_evidence")
+DECISIONS = {R.ACCEPT: "accept", R.REJECT: "reject", R.DEFER: "defer"}
+OPTIONAL_STOPPING = (
+    "'{rule}' is a fixed-sample rule: its error rate holds at one budget chosen in advance. Checking it "
+    "after every task and stopping at the first accept or reject (optional stopping) inflates false "
+    "accepts and rejects; to monitor continuously use rule 'anytime' (or a session, which concludes "
+    "fixed-sample rules only at its declared checkpoints)."
+)
+
+
+class LiveError(ValueError):
+    """Input that cannot be decided on; ``field`` names the offending input."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Universe:
+    """The task universe: ids in the caller's order, group index per task (groups numbered
+    in sorted name order), and the id -> position map."""
+
+    task_ids: tuple[str, ...]
+    labels: np.ndarray
+    group_names: tuple[str, ...]
+    index: dict[str, int]
+
+    @property
+    def n(self) -> int:
+        return len(self.task_ids)
+
+    @property
+    def n_g(self) -> np.ndarray:
+        return np.bincount(self.labels, minlength=len(self.group_names))
+
+    def digest(self) -> bytes:
+        """A stable hash of the ids and their groups (seeds the tie-breaking of ``next``)."""
+        h = hashlib.sha256()
+        h.update("\x1f".join(self.task_ids).encode())
+        h.update(b"\x1e")
+        h.update("\x1f".join(self.group_names).encode())
+        h.update(self.labels.astype(np.int64).tobytes())
+        return h.digest()
+
+
+def make_universe(task_ids: Sequence[str], groups: Sequence[str | None] | None = None,
+                  field: str = "universe") -> Universe:
+    """Validate a universe: non-empty, unique non-empty ids, one group label per task
+    (``None`` or no labels at all = one group ``"all"``)."""
+    ids = tuple(str(t) for t in task_ids)
+    if not ids:
+        raise LiveError(field, "the task universe is empty")
+    index: dict[str, int] = {}
+    for i, t in enumerate(ids):
+        if not t:
+            raise LiveError(f"{field}.task_ids[{i}]", "empty task id")
+        if t in index:
+            raise LiveError(f"{field}.task_ids[{i}]", f"duplicate task id '{t}' (first at position {index[t]})")
+        index[t] = i
+    if groups is None:
+        names = ["all"] * len(ids)
+    else:
+        if len(groups) != len(ids):
+            raise LiveError(f"{field}.groups", f"{len(groups)} group labels for {len(ids)} tasks")
+        names = ["all" if g is None else str(g) for g in groups]
+    group_names = tuple(sorted(set(names)))
+    gi = {g: i for i, g in enumerate(group_names)}
+    labels = np.fromiter((gi[g] for g in names), dtype=np.intp, count=len(names))
+    return Universe(ids, labels, group_names, index)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Aggregated observations (SPEC §1) over the universe.
+
+    ``y_a``/``y_b``: mean outcome per task (NaN = no trial); ``trials_a``/``trials_b``: trial
+    counts; ``sequence``: positions of the observed tasks in the order they became observed.
+    """
+
+    y_a: np.ndarray
+    y_b: np.ndarray
+    trials_a: np.ndarray
+    trials_b: np.ndarray
+    sequence: np.ndarray
+    binary_single_trial: bool
+
+    @property
+    def k(self) -> int:
+        return len(self.sequence)
+
+
+def aggregate(universe: Universe, rows: Iterable[tuple[str, str, int, float]], systems: tuple[str, str],
+              *, trials_needed: int = 1, order: Sequence[str] | None = None,
+              field: str = "observations") -> Observed:
+    """Aggregate rows ``(system, task_id, trial, outcome)`` given in observation order
+    (see ``aggregate_columns``)."""
+    rows = list(rows)
+    cols = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
+    return aggregate_columns(universe, cols[0], cols[1], cols[2], cols[3], systems, trials_needed=trials_needed,
+                             order=order, field=field)
+
+
+def aggregate_columns(universe: Universe, system: Sequence[str], task: Sequence[str], trial: Sequence[int],
+                      outcome: Sequence[float], systems: tuple[str, str], *, trials_needed: int = 1,
+                      order: Sequence[str] | None = None, field: str = "observations",
+                      where: Callable[[int], str] | None = None) -> Observed:
+    """Aggregate observations given as columns, row ``i`` being the ``i``-th observation.
+
+    A task becomes observed at the row that gives both systems ``trials_needed`` trials;
+    ``order`` (task ids) overrides that sequence for the tasks it lists (the rest follow in
+    row order). Rejects unknown systems and tasks, outcomes outside [0, 1], negative trials,
+    and a repeated ``(system, task, trial)``, naming the first offending row (``where(i)``
+    gives its field name; default ``field[i]``).
+    """
+    at = where or (lambda i: f"{field}[{i}]")
+    sys_a, sys_b = systems
+    n = universe.n
+    role_map = {sys_a: 0, sys_b: 1}
+    role = np.fromiter((role_map.get(s, -1) for s in system), dtype=np.int64, count=len(system))
+    bad = np.flatnonzero(role < 0)
+    if len(bad):
+        i = int(bad[0])
+        raise LiveError(f"{at(i)}.system", f"'{system[i]}' is neither system A ('{sys_a}') nor B ('{sys_b}')")
+    index = universe.index
+    pos = np.fromiter((index.get(t, -1) for t in task), dtype=np.int64, count=len(task))
+    bad = np.flatnonzero(pos < 0)
+    if len(bad):
+        i = int(bad[0])
+        raise LiveError(f"{at(i)}.task_id", f"task '{task[i]}' is not in the task universe")
+    try:
+        tr = np.asarray(trial, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError):
+        raise LiveError(field, "trial must be an integer >= 0") from None
+    bad = np.flatnonzero(tr < 0)
+    if len(bad):
+        raise LiveError(f"{at(int(bad[0]))}.trial", "trial must be an integer >= 0")
+    try:
+        val = np.asarray(outcome, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise LiveError(field, "outcomes must be numbers in [0, 1]") from None
+    bad = np.flatnonzero(~((val >= 0.0) & (val <= 1.0)))  # NaN fails both comparisons
+    if len(bad):
+        i = int(bad[0])
+        raise LiveError(f"{at(i)}.outcome", f"outcome must be a finite number in [0, 1], got {outcome[i]!r}")
+    cell = role * n + pos
+    rows = len(cell)
+    if rows:
+        key = cell * (int(tr.max()) + 1) + tr
+        srt = np.argsort(key, kind="stable")
+        dup = np.flatnonzero(key[srt][1:] == key[srt][:-1])
+        if len(dup):
+            i = int(srt[dup[0] + 1])
+            raise LiveError(at(i), f"repeated observation of task '{task[i]}', system '{system[i]}', "
+                                            f"trial {int(tr[i])}")
+    counts = np.bincount(cell, minlength=2 * n).reshape(2, n)
+    sums = np.bincount(cell, weights=val, minlength=2 * n).reshape(2, n)
+    never = np.iinfo(np.int64).max
+    reach = np.full(2 * n, never, dtype=np.int64)  # row at which a cell gets its trials_needed-th trial
+    if rows:
+        srt = np.lexsort((np.arange(rows), cell))
+        c_sorted = cell[srt]
+        starts = np.flatnonzero(np.r_[True, c_sorted[1:] != c_sorted[:-1]])
+        rank = np.arange(rows) - np.repeat(starts, np.diff(np.r_[starts, rows]))
+        hit = rank == trials_needed - 1
+        reach[c_sorted[hit]] = srt[hit]
+    reach = reach.reshape(2, n)
+    done_at = np.where((reach[0] < never) & (reach[1] < never), np.maximum(reach[0], reach[1]), never)
+    done = np.flatnonzero(done_at < never)
+    sequence = done[np.argsort(done_at[done], kind="stable")]
+    if order is not None:
+        first: list[int] = []
+        listed: set[int] = set()
+        for j, t in enumerate(order):
+            p = index.get(t)
+            if p is None:
+                raise LiveError(f"order[{j}]", f"task '{t}' is not in the task universe")
+            if p in listed:
+                raise LiveError(f"order[{j}]", f"task '{t}' is listed twice")
+            listed.add(p)
+            if done_at[p] < never:
+                first.append(p)
+        rest = [p for p in sequence.tolist() if p not in listed]
+        sequence = np.array(first + rest, dtype=np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    binary = bool(np.all((val == 0.0) | (val == 1.0)))
+    single = bool(np.all(counts[:, sequence] == 1)) if len(sequence) else True
+    return Observed(y[0], y[1], counts[0], counts[1], sequence.astype(np.int64), binary and single)
+
+
+@dataclass(frozen=True)
+class LiveSpec:
+    """What to decide with: rule, threshold δ (percentage points), level ``a``, coverage
+    floor, resamples (``"exact"`` or ``B``), whether unmet coverage defers, the budget grid
+    (fractions) that defines ``next``, and an optional budget cap (fraction of ``N``)."""
+
+    rule: str = "bootstrap"
+    delta: float = 0.0
+    a: float = 0.05
+    floor: str = "proportional"
+    bootstrap: int | str = "exact"
+    coverage_aware: bool = True
+    budgets: tuple[float, ...] = DEFAULT_LIVE_BUDGETS
+    budget: float | None = None
+    seed: int = 0
+
+    @property
+    def theta(self) -> float:
+        return self.delta / 100.0
+
+
+def make_live_spec(*, rule: str = "bootstrap", delta: float = 0.0, a: float = 0.05, floor: str = "proportional",
+                   bootstrap: int | str = "exact", coverage_aware: bool = True,
+                   budgets: Sequence[float] | None = None, budget: float | None = None, seed: int = 0) -> LiveSpec:
+    """Validate the decision options (input-independent checks)."""
+    if rule not in RULES:
+        raise LiveError("rule", f"unknown rule '{rule}'; rules: {', '.join(RULES)}")
+    if not (isinstance(delta, int | float) and math.isfinite(delta) and -100.0 <= delta <= 100.0):
+        raise LiveError("delta", "delta is in percentage points, a finite number in [-100, 100]")
+    if rule == "mcnemar" and delta != 0:
+        raise LiveError("delta", "mcnemar tests delta = 0 only (SPEC §4.2)")
+    if not (isinstance(a, int | float) and 0.0 < a < 1.0):
+        raise LiveError("a", "the level a must be in (0, 1)")
+    if floor not in FLOORS:
+        raise LiveError("floor", f"unknown floor '{floor}'; floors: {', '.join(FLOORS)}")
+    if bootstrap != "exact" and not (isinstance(bootstrap, int) and not isinstance(bootstrap, bool) and bootstrap >= 1):
+        raise LiveError("bootstrap", "bootstrap is 'exact' or a number of resamples >= 1")
+    grid = tuple(DEFAULT_LIVE_BUDGETS if budgets is None else budgets)
+    if not grid:
+        raise LiveError("budgets", "give at least one budget")
+    for i, b in enumerate(grid):
+        if not (isinstance(b, int | float) and 0.0 < b <= 1.0):
+            raise LiveError(f"budgets[{i}]", "budgets are fractions in (0, 1]")
+    grid = tuple(sorted(set(float(b) for b in grid)))
+    if budget is not None and not (0.0 < budget <= 1.0):
+        raise LiveError("budget", "budget is a fraction in (0, 1]")
+    return LiveSpec(rule, float(delta), float(a), floor, bootstrap, bool(coverage_aware), grid,
+                    None if budget is None else float(budget), int(seed))
+
+
+def check_observed(spec: LiveSpec, observed: Observed, field: str = "observations") -> None:
+    """Input-dependent checks: mcnemar needs binary single-trial outcomes; bootstrap and
+    anytime need outcomes on a lattice of step 1/L."""
+    if spec.rule == "mcnemar" and not observed.binary_single_trial:
+        raise LiveError(field, "mcnemar needs binary (0/1) single-trial outcomes; these are fractional or repeated")
+    if spec.rule in ("bootstrap", "anytime") and observed.k and _lattice(observed) is None:
+        raise LiveError(field, f"{spec.rule} needs outcomes on a grid of step 1/L (L <= {R.MAX_LATTICE})")
+
+
+# ----------------------------------------------------------------------------- decision
+
+
+def _lattice(observed: Observed) -> int | None:
+    seq = observed.sequence
+    return R.find_lattice(np.concatenate([observed.y_a[seq], observed.y_b[seq]])) if len(seq) else 1
+
+
+def _clean(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.12g}")
+
+
+def _coverage_path(labels: np.ndarray, n_g: np.ndarray, floor: str, k: int) -> np.ndarray:
+    """Coverage met after each of the first ``k`` observations of ``labels`` (in order)."""
+    steps = np.arange(1, k + 1)
+    req = required(floor, steps, n_g)  # [k, G]
+    onehot = np.zeros((k, len(n_g)), dtype=np.int64)
+    onehot[np.arange(k), labels] = 1
+    counts = np.cumsum(onehot, axis=0)
+    return np.all(counts >= req, axis=1) & (req.sum(axis=1) <= steps)
+
+
+def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
+                 cov_path: np.ndarray | None = None, rng_key: bytes = b"") -> tuple[int, dict[str, object]]:
+    """The rule's verdict on differences ``d`` (in observation order) and its statistic.
+
+    Fixed-sample rules go through ``rules.decide``; ``anytime`` through
+    ``rules.anytime_paths`` (first conclusion along the sequence, at steps where
+    ``cov_path`` holds when given), exactly as in replay.
+    """
+    k = len(d)
+    if spec.rule == "anytime":
+        if k == 0:
+            return R.DEFER, {"stopped_at": None}
+        lat = lattice or 1
+        v = np.round(d * lat).astype(np.int64)
+        cov = None if cov_path is None else cov_path[None, :]
+        dec, stop = R.anytime_paths(v[None, :], lat, n, spec.theta, spec.a, k, cov)
+        stopped = int(stop[0]) if stop[0] <= k else None
+        return int(dec[0]), {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a))}
+    rng = None
+    if spec.bootstrap != "exact":
+        h = hashlib.sha256(rng_key + np.ascontiguousarray(d).tobytes()).digest()
+        words = np.frombuffer(h[:16], np.uint32).tolist()
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, *words])))
+    res = R.decide(spec.rule, d, spec.theta, spec.a, spec.bootstrap, n=n, rng=rng)
+    stat: dict[str, object] = {k_: (_clean(float(v)) if isinstance(v, float) else v) for k_, v in res.statistic.items()}
+    if spec.rule == "serfling" and k:
+        eps = float(res.statistic["radius"])
+        stat["lower"] = _clean(res.mean - eps)
+        stat["upper"] = _clean(res.mean + eps)
+    return res.decision, stat
+
+
+def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
+                  priority: np.ndarray | None = None, *, fixed_checkpoint: bool = False) -> dict[str, object]:
+    """The full answer of SPEC §7 for one observed state (a JSON-ready dict).
+
+    ``priority``: rank per task used to pick ``next`` tasks within a group (lower first;
+    default a seeded shuffle of the universe). ``fixed_checkpoint`` suppresses the optional
+    stopping warning (sessions evaluate fixed-sample rules only at declared checkpoints).
+    """
+    check_observed(spec, observed)
+    n = universe.n
+    n_g = universe.n_g
+    seq = observed.sequence
+    k = len(seq)
+    d = observed.y_a[seq] - observed.y_b[seq]
+    lattice = _lattice(observed)
+    labels_seq = universe.labels[seq]
+    counts_g = np.bincount(labels_seq, minlength=len(n_g))
+    req = required(spec.floor, k, n_g)
+    feasible = bool(req.sum() <= k)
+    met = feasible and bool(np.all(counts_g >= req))
+
+    cov_path = None
+    if spec.rule == "anytime" and spec.coverage_aware and k:
+        cov_path = _coverage_path(labels_seq, n_g, spec.floor, k)
+    verdict, statistic = rule_verdict(spec, d, n, lattice, cov_path, universe.digest())
+    decision = verdict
+    if spec.rule == "anytime":
+        concluded = verdict != R.DEFER
+        reason = "decided" if concluded else None
+    else:
+        concluded = verdict != R.DEFER and (met or not spec.coverage_aware)
+        reason = "decided" if concluded else None
+        if not concluded:
+            decision = R.DEFER
+    if reason is None:
+        if spec.coverage_aware and not feasible:
+            reason = "coverage_infeasible"
+        elif spec.coverage_aware and not met:
+            reason = "coverage_unmet"
+        else:
+            reason = "insufficient_evidence"
+
+    has_a = observed.trials_a > 0
+    has_b = observed.trials_b > 0
+    observed_mask = np.zeros(n, dtype=bool)
+    observed_mask[seq] = True
+    m = float(d.mean()) if k else None
+    groups = [
+        {"group": universe.group_names[g], "n": int(n_g[g]), "required": int(req[g]), "observed": int(counts_g[g]),
+         "missing": int(max(0, req[g] - counts_g[g]))}
+        for g in range(len(n_g))
+    ]
+    k_cap = budget_k(spec.budget, n) if spec.budget is not None else n
+    out: dict[str, object] = {
+        "decision": DECISIONS[decision],
+        "reason": reason,
+        "rule": spec.rule,
+        "rule_decision": DECISIONS[verdict],
+        "k": k,
+        "N": n,
+        "budget_fraction": _clean(k / n),
+        "mean_difference": _clean(m),
+        "delta": spec.delta,
+        "a": spec.a,
+        "counts": {
+            "observed": k,
+            "a_wins": int((d > R.TOL).sum()),
+            "b_wins": int((d < -R.TOL).sum()),
+            "ties": int((np.abs(d) <= R.TOL).sum()),
+            "a_only": int((has_a & ~has_b).sum()),
+            "b_only": int((has_b & ~has_a).sum()),
+            "pending": int(((has_a | has_b) & ~observed_mask).sum()),
+            "unobserved": int(n - k),
+        },
+        "statistic": statistic,
+        "coverage": {"floor": spec.floor, "coverage_aware": spec.coverage_aware, "k": k, "feasible": feasible,
+                     "met": met, "groups": groups},
+        "next": None if decision != R.DEFER else next_tasks(universe, observed, spec, priority, k_cap),
+        "budget_exhausted": decision == R.DEFER and k >= k_cap,
+        "warning": None if spec.rule == "anytime" or fixed_checkpoint else OPTIONAL_STOPPING.format(rule=spec.rule),
+    }
+    return out
+
+
+# ----------------------------------------------------------------------------- next tasks
+
+
+def default_priority(universe: Universe, seed: int = 0) -> np.ndarray:
+    """Rank per task: a shuffle seeded by the universe's hash (stable across calls)."""
+    h = np.frombuffer(universe.digest()[:16], dtype=np.uint32)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), *h.tolist()])))
+    return rng.permutation(universe.n)
+
+
+def recommended_order(universe: Universe, floor: str, seed: int) -> list[str]:
+    """One stratified order (SPEC §4.1) seeded by ``seed`` and the universe's hash: every
+    prefix meets the floor whenever it is feasible."""
+    h = np.frombuffer(universe.digest()[:16], dtype=np.uint32)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), 7, *h.tolist()])))
+    order = stratified_orders(universe.labels, floor, 1, rng)[0]
+    return [universe.task_ids[i] for i in order.tolist()]
+
+
+def next_point(spec: LiveSpec, n: int, n_g: np.ndarray, k: int, k_cap: int) -> int | None:
+    """The smallest budget point ``k' > k`` (grid points and the cap, at most the cap) at
+    which coverage is feasible; else the largest point ``> k`` within the cap; else None."""
+    points = sorted({max(1, budget_k(b, n)) for b in spec.budgets} | {k_cap})
+    points = [p for p in points if k < p <= k_cap]
+    if not points:
+        return None
+    for p in points:
+        if required(spec.floor, p, n_g).sum() <= p:
+            return p
+    return points[-1]
+
+
+def next_tasks(universe: Universe, observed: Observed, spec: LiveSpec, priority: np.ndarray | None,
+               k_cap: int) -> dict[str, object] | None:
+    """Which unobserved tasks to run so that coverage is met at the next budget point.
+
+    Each group first gets what it lacks of ``r_g(k')``; remaining slots (up to ``k' - k``)
+    go one by one to the group furthest below its exact share ``k'·n_g/N`` (ties: lower
+    group index). Within a group, tasks already half-done (one system observed) come
+    first, then by ``priority``. Task ids are interleaved across groups by the position of
+    each pick within its group.
+    """
+    n = universe.n
+    n_g = universe.n_g
+    k = observed.k
+    kp = next_point(spec, n, n_g, k, k_cap)
+    if kp is None:
+        return None
+    labels = universe.labels
+    observed_mask = np.zeros(n, dtype=bool)
+    observed_mask[observed.sequence] = True
+    have = np.bincount(labels[observed.sequence], minlength=len(n_g))
+    avail = n_g - have
+    req = required(spec.floor, kp, n_g)
+    need = np.minimum(np.maximum(req - have, 0), avail)
+    alloc = need.copy()
+    slots = kp - k - int(alloc.sum())
+    while slots > 0 and np.any(alloc < avail):
+        deficit = np.where(alloc < avail, kp * n_g - (have + alloc) * n, np.iinfo(np.int64).min)
+        g = int(np.argmax(deficit))
+        alloc[g] += 1
+        slots -= 1
+    if priority is None:
+        priority = default_priority(universe, spec.seed)
+    half = (observed.trials_a > 0) | (observed.trials_b > 0)
+    # candidates: unobserved, half-done first, then by priority
+    cand = np.flatnonzero(~observed_mask)
+    cand = cand[np.lexsort((priority[cand], ~half[cand]))]
+    picks: list[tuple[float, int, int]] = []
+    groups = []
+    for g in range(len(n_g)):
+        if alloc[g] == 0 and need[g] == 0:
+            continue
+        tasks_g = cand[labels[cand] == g][: alloc[g]]
+        groups.append({"group": universe.group_names[g], "missing": int(need[g]), "run": int(alloc[g]),
+                       "task_ids": [universe.task_ids[t] for t in tasks_g.tolist()]})
+        for j, t in enumerate(tasks_g.tolist()):
+            picks.append(((j + 1) / (alloc[g] + 1), g, t))
+    picks.sort()
+    return {
+        "k": kp,
+        "budget_fraction": _clean(kp / n),
+        "feasible": bool(req.sum() <= kp),
+        "reachable": bool(np.all(req - have <= avail) and int(need.sum()) <= kp - k),
+        "groups": groups,
+        "task_ids": [universe.task_ids[t] for _, _, t in picks],
+    }
+
+
+def live_from_arrays(task_ids: Sequence[str], groups: Sequence[str | None] | None, outcomes_a: Sequence[float],
+                     outcomes_b: Sequence[float], observed_ids: Sequence[str], **spec: object) -> dict[str, object]:
+    """Convenience for notebooks and tests: one outcome per system for each observed task,
+    observed in the given order."""
+    u = make_universe(task_ids, groups)
+    rows: list[tuple[str, str, int, float]] = []
+    for t, ya, yb in zip(observed_ids, outcomes_a, outcomes_b, strict=True):
+        rows.append(("A", t, 0, ya))
+        rows.append(("B", t, 0, yb))
+    return live_decision(u, aggregate(u, rows, ("A", "B")), make_live_spec(**spec))  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Live sessions: a declared comparison, observations appended as a run goes, decisions at checkpoints."""

@@ -1,0 +1,87 @@
+"""Session request and response bodies."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.decisions.schemas import Decision, DecisionRead, ObservationIn, Reason, RuleOptions, UniverseIn
+
+SessionStatus = Literal["running", "concluded", "exhausted"]
+
+
+class SessionCreate(RuleOptions):
+    """Declare a comparison before the run: A, B, the universe, the rule and the checkpoints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_a: str = "A"
+    system_b: str = "B"
+    universe: UniverseIn | None = None
+    dataset_id: uuid.UUID | None = Field(default=None, description="Take the universe and groups from a dataset.")
+    group: str | None = Field(default=None, description="Dataset grouping key (a column or 'col1,col2').")
+    rule: str | None = Field(default=None, description="Default anytime: it may conclude after any observation.")
+    budgets: list[float] = Field(
+        default=[0.25, 0.5, 0.75, 1.0],
+        description="Checkpoints (fractions of N). Fixed-sample rules conclude only at these; the last is the cap.",
+    )
+    trials: int = Field(default=1, ge=1, le=1000, description="Trials per system and task before a task counts.")
+    seed: int | None = Field(default=None, description="Seed of the recommended order (default: from the universe).")
+
+
+class ObservationsCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    observations: list[ObservationIn] = Field(min_length=1)
+
+
+class Checkpoint(BaseModel):
+    budget: float
+    k: int
+
+
+class HistoryEntry(BaseModel):
+    event: Literal["checkpoint", "stop"]
+    budget: float | None = Field(description="The checkpoint's budget fraction (null for an anytime stop).")
+    k: int
+    decision: Decision
+    reason: Reason
+    mean_difference: float | None
+    statistic: dict[str, float | int | None]
+
+
+class SessionState(BaseModel):
+    status: SessionStatus
+    k: int = Field(description="Tasks observed for both systems.")
+    N: int
+    current: DecisionRead
+    history: list[HistoryEntry]
+
+
+class ObservationsResult(SessionState):
+    added: int = Field(description="New observations stored by this request.")
+    duplicates: int = Field(description="Observations already stored with the same outcome (ignored).")
+
+
+class SessionRead(SessionState):
+    id: uuid.UUID
+    dataset_id: uuid.UUID | None
+    group: str | None
+    system_a: str
+    system_b: str
+    policy: str | None
+    rule: str
+    coverage_aware: bool
+    delta: float
+    a: float
+    floor: str
+    bootstrap: int | Literal["exact"]
+    budgets: list[float]
+    trials: int
+    seed: int
+    checkpoints: list[Checkpoint]
+    order: list[str] = Field(description="Recommended task order: stratified, seeded; prefixes meet coverage.")
+    created_at: datetime

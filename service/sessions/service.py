@@ -1,0 +1,281 @@
+"""Session use cases: declare, append observations (idempotent), and the state at any time.
+
+The state is recomputed from the stored observations on every read: the sequence of
+observed tasks is the order in which each task got its last needed trial (by storage
+order), so concurrent appends need no coordination beyond the unique key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from dataclasses import replace
+from threading import Lock
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from service.decisions import service as decisions
+from service.engine.coverage import budget_k, required
+from service.engine.live import (
+    LiveError,
+    LiveSpec,
+    Observed,
+    Universe,
+    aggregate_columns,
+    live_decision,
+    make_live_spec,
+    make_universe,
+    next_tasks,
+    recommended_order,
+)
+from service.errors import Conflict, NotFound
+from service.sessions import repository
+from service.sessions.models import LiveSession
+from service.sessions.schemas import ObservationsCreate, SessionCreate
+
+ROLES = ("A", "B")
+
+
+def create(session: Session, body: SessionCreate) -> LiveSession:
+    """Validate the declaration, fix the recommended order, store it."""
+    try:
+        decisions.check_systems(body.system_a, body.system_b)
+        choice = decisions.resolve_rule(body, "anytime")
+        spec = decisions.live_spec(body, choice, budgets=body.budgets, budget=None, seed=0)
+        if choice.rule == "mcnemar" and body.trials != 1:
+            raise LiveError("trials", "mcnemar needs single-trial outcomes (trials = 1)")
+        if body.dataset_id is None:
+            if body.universe is None:
+                raise LiveError("universe", "give the task universe or a dataset_id")
+            universe = decisions.inline_universe(body.universe.task_ids, body.universe.groups)
+        else:
+            if body.universe is not None:
+                raise LiveError("universe", "give the task universe or a dataset_id, not both")
+            universe = decisions.dataset_universe(session, body.dataset_id, body.group)
+    except LiveError as exc:
+        raise decisions.unprocessable(exc) from None
+    seed = body.seed if body.seed is not None else int.from_bytes(universe.digest()[:6], "big")
+    row = LiveSession(
+        id=uuid.uuid4(),
+        dataset_id=body.dataset_id,
+        grouping=body.group if body.dataset_id is not None else None,
+        system_a=body.system_a,
+        system_b=body.system_b,
+        policy=body.policy,
+        rule=choice.rule,
+        coverage_aware=choice.coverage_aware,
+        delta=spec.delta,
+        a=spec.a,
+        floor=spec.floor,
+        bootstrap=str(spec.bootstrap),
+        budgets=list(spec.budgets),
+        trials=body.trials,
+        seed=seed,
+        universe={"task_ids": list(universe.task_ids),
+                  "groups": [universe.group_names[g] for g in universe.labels.tolist()]},
+        task_order=recommended_order(universe, spec.floor, seed),
+    )
+    return repository.add(session, row)
+
+
+def get(session: Session, session_id: uuid.UUID) -> LiveSession:
+    row = repository.get(session, session_id)
+    if row is None:
+        raise NotFound(f"session {session_id} does not exist")
+    return row
+
+
+# ----------------------------------------------------------------------------- state
+
+
+_CACHE: OrderedDict[uuid.UUID, tuple[Universe, np.ndarray]] = OrderedDict()
+_CACHE_LOCK = Lock()
+
+
+def _universe(row: LiveSession) -> tuple[Universe, np.ndarray]:
+    """The session's universe and the rank of each task in its recommended order (cached:
+    both are fixed at creation)."""
+    with _CACHE_LOCK:
+        hit = _CACHE.get(row.id)
+        if hit is not None:
+            _CACHE.move_to_end(row.id)
+            return hit
+    universe = make_universe(row.universe["task_ids"], row.universe["groups"])
+    rank = np.empty(universe.n, dtype=np.int64)
+    rank[[universe.index[t] for t in row.task_order]] = np.arange(universe.n)
+    with _CACHE_LOCK:
+        _CACHE[row.id] = (universe, rank)
+        while len(_CACHE) > 64:
+            _CACHE.popitem(last=False)
+    return universe, rank
+
+
+def spec_of(row: LiveSession) -> LiveSpec:
+    boot: int | str = row.bootstrap if row.bootstrap == "exact" else int(row.bootstrap)
+    return make_live_spec(rule=row.rule, delta=row.delta, a=row.a, floor=row.floor, bootstrap=boot,
+                          coverage_aware=row.coverage_aware, budgets=row.budgets, budget=max(row.budgets),
+                          seed=row.seed)
+
+
+def checkpoints(row: LiveSession, n: int) -> list[tuple[float, int]]:
+    """``(budget, k)`` per declared budget, one per distinct ``k``, ascending."""
+    out: dict[int, float] = {}
+    for b in sorted(row.budgets):
+        out.setdefault(max(1, budget_k(b, n)), b)
+    return sorted(((b, k) for k, b in out.items()), key=lambda x: x[1])
+
+
+def _prefix(observed: Observed, k: int) -> Observed:
+    return replace(observed, sequence=observed.sequence[:k])
+
+
+def _entry(event: str, budget: float | None, k: int, result: dict[str, Any]) -> dict[str, Any]:
+    return {"event": event, "budget": budget, "k": k, "decision": result["decision"], "reason": result["reason"],
+            "mean_difference": result["mean_difference"], "statistic": result["statistic"]}
+
+
+def _coverage_reason(universe: Universe, observed: Observed, spec: LiveSpec, k: int) -> str:
+    n_g = universe.n_g
+    req = required(spec.floor, k, n_g)
+    have = np.bincount(universe.labels[observed.sequence[:k]], minlength=len(n_g))
+    if spec.coverage_aware and req.sum() > k:
+        return "coverage_infeasible"
+    if spec.coverage_aware and np.any(have < req):
+        return "coverage_unmet"
+    return "insufficient_evidence"
+
+
+def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str, Any]:
+    """Status, the current decision and the history at the checkpoints (and the anytime stop)."""
+    universe, rank = _universe(row)
+    spec = spec_of(row)
+    cols = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
+    observed = aggregate_columns(universe, cols[0], cols[1], cols[2], cols[3], ROLES, trials_needed=row.trials)
+    n = universe.n
+    k = observed.k
+    points = checkpoints(row, n)
+    k_cap = points[-1][1]
+    history: list[dict[str, Any]] = []
+    if spec.rule == "anytime":
+        current = live_decision(universe, observed, spec, rank)
+        stop = current["statistic"].get("stopped_at")
+        for b, kj in points:
+            if kj > k:
+                break
+            concluded = stop is not None and stop <= kj
+            d = observed.y_a[observed.sequence[:kj]] - observed.y_b[observed.sequence[:kj]]
+            history.append({
+                "event": "checkpoint", "budget": b, "k": kj,
+                "decision": current["decision"] if concluded else "defer",
+                "reason": "decided" if concluded else _coverage_reason(universe, observed, spec, kj),
+                "mean_difference": float(f"{d.mean():.12g}"), "statistic": {"stopped_at": stop if concluded else None},
+            })
+        if stop is not None:
+            history.append(_entry("stop", None, stop, current))
+            history.sort(key=lambda e: (e["k"], e["event"] == "checkpoint"))
+        concluded = current["decision"] != "defer"
+    else:
+        final = None
+        for b, kj in points:
+            if kj > k:
+                break
+            result = live_decision(universe, _prefix(observed, kj), spec, rank, fixed_checkpoint=True)
+            history.append(_entry("checkpoint", b, kj, result))
+            if result["decision"] != "defer":
+                final = result
+                break
+        concluded = final is not None
+        if final is not None:
+            current = final
+        elif history and history[-1]["k"] == k:
+            current = live_decision(universe, observed, spec, rank, fixed_checkpoint=True)
+        else:
+            # Between checkpoints the rule is not consulted: that is what pre-registration means.
+            current = live_decision(universe, observed, spec, rank, fixed_checkpoint=True)
+            current.update(decision="defer", reason="awaiting_checkpoint", rule_decision=None, statistic={},
+                           budget_exhausted=False)
+            current["next"] = next_tasks(universe, observed, spec, rank, k_cap)
+    if concluded:
+        status = "concluded"
+    elif k >= k_cap:
+        status = "exhausted"
+    else:
+        status = "running"
+    current["calibration"] = None
+    return {"status": status, "k": k, "N": n, "current": current, "history": history}
+
+
+def with_calibration(session: Session, row: LiveSession, st: dict[str, Any]) -> dict[str, Any]:
+    if row.dataset_id is None:
+        return st
+    choice = decisions.rule_choice(row.policy, row.rule, row.coverage_aware, "anytime")
+    st["current"]["calibration"] = decisions.calibration(session, row.dataset_id, choice, spec_of(row),
+                                                         row.grouping, st["k"] / st["N"])
+    return st
+
+
+def read(session: Session, row: LiveSession) -> dict[str, Any]:
+    st = with_calibration(session, row, state(row, repository.observations(session, row.id)))
+    n = st["N"]
+    return {
+        **st,
+        "id": row.id, "dataset_id": row.dataset_id, "group": row.grouping, "system_a": row.system_a,
+        "system_b": row.system_b, "policy": row.policy, "rule": row.rule, "coverage_aware": row.coverage_aware,
+        "delta": row.delta, "a": row.a, "floor": row.floor,
+        "bootstrap": row.bootstrap if row.bootstrap == "exact" else int(row.bootstrap),
+        "budgets": row.budgets, "trials": row.trials, "seed": row.seed,
+        "checkpoints": [{"budget": b, "k": k} for b, k in checkpoints(row, n)],
+        "order": row.task_order, "created_at": row.created_at,
+    }
+
+
+# ----------------------------------------------------------------------------- appends
+
+
+def append(session: Session, session_id: uuid.UUID, body: ObservationsCreate) -> dict[str, Any]:
+    """Store new observations; the same (task, system, trial) again with the same outcome is
+    a no-op, with another outcome a 409 (and nothing of the request is stored)."""
+    row = get(session, session_id)
+    universe, _ = _universe(row)
+    names = {row.system_a: "A", row.system_b: "B"}
+    posted: dict[tuple[str, str, int], tuple[int, float]] = {}
+    conflicts: list[dict[str, Any]] = []
+    for i, o in enumerate(body.observations):
+        role = names.get(o.system)
+        key = (role or o.system, o.task_id, o.trial)
+        if key in posted and posted[key][1] != o.outcome:
+            conflicts.append({"field": f"observations[{i}]", "message": f"task '{o.task_id}', system '{o.system}', "
+                              f"trial {o.trial}: outcome {o.outcome} differs from {posted[key][1]} in this request"})
+        posted.setdefault(key, (i, o.outcome))
+    if conflicts:
+        raise Conflict(conflicts)
+    items = list(posted.items())
+    obs = body.observations
+    try:
+        aggregate_columns(universe, [obs[i].system for _, (i, _) in items], [k[1] for k, _ in items],
+                          [k[2] for k, _ in items], [v for _, (_, v) in items], (row.system_a, row.system_b),
+                          where=lambda j: f"observations[{items[j][1][0]}]")
+        for (_, _, trial), (i, value) in items:
+            if trial >= row.trials:
+                raise LiveError(f"observations[{i}].trial", f"this session declared {row.trials} trial(s) per task: "
+                                                            f"trial is 0..{row.trials - 1}")
+            if row.rule == "mcnemar" and value not in (0.0, 1.0):
+                raise LiveError(f"observations[{i}].outcome", "mcnemar needs binary outcomes (0 or 1)")
+    except LiveError as exc:
+        raise decisions.unprocessable(exc) from None
+    new_rows = [(role, task, trial, value) for (role, task, trial), (_, value) in items]
+    added = repository.insert_new(session, row.id, new_rows)
+    stored = repository.observations(session, row.id)
+    values = {(s, t, tr): o for s, t, tr, o in stored}
+    for (role, task, trial), (i, value) in items:
+        have = values.get((role, task, trial))
+        if have is not None and have != value:
+            conflicts.append({"field": f"observations[{i}]", "message": f"task '{task}', system "
+                              f"'{obs[i].system}', trial {trial} is already recorded with outcome {have}"})
+    if conflicts:
+        raise Conflict(conflicts)
+    st = with_calibration(session, row, state(row, stored))
+    return {**st, "added": added, "duplicates": len(items) - added}
+
