@@ -30,6 +30,8 @@ ROUTERS = (
     "service.datasets.router",
     "service.replays.router",
     "service.stats.router",
+    "service.decisions.router",
+    "service.sessions.router",
 )
 """Modules exposing ``router``; a domain adds itself here (missing modules are skipped)."""
 
