@@ -77,7 +77,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def enqueue(session: Session, name: str, *args: Any) -> None:
-    """Send task ``name`` once ``session`` commits (never if it rolls back)."""
+    """Send task ``name`` once ``session`` commits (never if it rolls back). Jobs belong to
+    the outer transaction: enqueue outside savepoints that may roll back."""
     session.info.setdefault(_PENDING, []).append((name, args))
 
 
@@ -86,6 +87,8 @@ def bind_runner(factory: sessionmaker[Session], runner: JobRunner) -> None:
 
     @event.listens_for(factory, "after_commit")
     def _send(session: Session) -> None:
+        if session.in_nested_transaction():  # a savepoint was released; the real commit is to come
+            return
         jobs = session.info.pop(_PENDING, [])
         for name, args in jobs:
             try:
@@ -95,7 +98,7 @@ def bind_runner(factory: sessionmaker[Session], runner: JobRunner) -> None:
 
     @event.listens_for(factory, "after_rollback")
     def _drop(session: Session) -> None:
-        if not session.in_nested_transaction():
+        if not session.in_nested_transaction():  # the outer transaction is gone: so are its jobs
             session.info.pop(_PENDING, None)
 
 
