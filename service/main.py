@@ -30,6 +30,8 @@ ROUTERS = (
     "service.datasets.router",
     "service.replays.router",
     "service.stats.router",
+    "service.reports.router",
+    "service.reports.pages",
     "service.decisions.router",
     "service.sessions.router",
 )

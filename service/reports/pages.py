@@ -1,0 +1,361 @@
+"""Server-rendered HTML pages: ``/`` (datasets, replays, upload and replay forms),
+``/replays/{id}`` (the report), ``/datasets/{id}/leaderboard``; plus their form handlers
+and the two static files. Not part of the API document.
+
+Pages load nothing from other origins (CSS and JS are served here, figures are images from
+this service), every user-supplied name goes through Jinja2's autoescaping, and every HTML
+response carries the security headers of :data:`HTML_HEADERS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import uuid
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from service.datasets import repository as datasets_repo
+from service.datasets import service as datasets
+from service.datasets.router import Upload, read_upload
+from service.deps import SessionDep, SettingsDep
+from service.engine import evalstats
+from service.engine.spec import NAMED_POLICIES
+from service.errors import NotFound, ServiceError
+from service.replays import repository as replays_repo
+from service.replays import service as replays
+from service.replays.models import FINISHED
+from service.replays.schemas import ReplayCreate
+from service.reports import figures, view
+from service.reports import service as reports
+
+router = APIRouter(include_in_schema=False)
+
+HTML_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+STATIC = {"report.css": "text/css; charset=utf-8", "report.js": "text/javascript; charset=utf-8"}
+
+
+@functools.cache
+def _env() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("service.reports", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(rate=view.fmt_rate, budget=view.fmt_budget, pp=view.fmt_pp, pct=_pct)
+    env.globals.update(miss_labels=view.MISS_LABELS)
+    return env
+
+
+def _pct(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None else f"{v * 100:.{digits}f} %"
+
+
+def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    html = _env().get_template(name).render(**context)
+    return HTMLResponse(html, status_code=status_code, headers=HTML_HEADERS)
+
+
+def _not_found(message: str) -> HTMLResponse:
+    return render("error.html", 404, title="Not found", message=message)
+
+
+@functools.cache
+def _static(name: str) -> tuple[bytes, str]:
+    body = resources.files("service.reports").joinpath("static", name).read_bytes()
+    return body, f'"{hashlib.sha256(body).hexdigest()[:24]}"'
+
+
+@router.get("/static/{name}")
+def static_file(name: str, if_none_match: Annotated[str | None, Header()] = None) -> Response:
+    if name not in STATIC:
+        return Response("not found", status_code=404, media_type="text/plain")
+    body, etag = _static(name)
+    headers = {"ETag": etag, "Cache-Control": "public, max-age=600", "X-Content-Type-Options": "nosniff"}
+    if if_none_match and etag in {t.strip() for t in if_none_match.split(",")}:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=STATIC[name], headers=headers)
+
+
+# --------------------------------------------------------------------------- index and forms
+
+
+def _index(
+    session: Session, *, status_code: int = 200, errors: list[str] | None = None, notice: str | None = None,
+    selected: str | None = None, form: dict[str, Any] | None = None,
+) -> HTMLResponse:
+    items, total = datasets_repo.page(session, limit=200, offset=0)
+    runs, runs_total = replays_repo.page(session, limit=100, offset=0)
+    done = replays_repo.done_counts(session, [r.id for r in runs])
+    names = {d.id: d.name for d in items}
+    replay_rows = []
+    for r in runs:
+        read = replays.to_read(r, done[r.id])
+        policies = ", ".join(p["name"] for p in r.spec.get("policies", []))
+        deltas = ", ".join(f"{d:g}" for d in r.spec.get("deltas", []))
+        replay_rows.append({"r": read, "dataset": names.get(r.dataset_id, str(r.dataset_id)[:8]),
+                            "policies": policies, "deltas": deltas})
+    group_columns = sorted({c["name"] for d in items for c in d.summary.get("group_columns", [])})
+    return render(
+        "index.html",
+        status_code,
+        title="Sufficiency",
+        datasets=items,
+        datasets_total=total,
+        replays=replay_rows,
+        replays_total=runs_total,
+        errors=errors or [],
+        notice=notice,
+        selected=selected or (str(items[0].id) if items else ""),
+        policies=list(NAMED_POLICIES),
+        group_columns=group_columns,
+        form=form or {"policies": ["coverage_bootstrap"], "deltas": "0, 5", "orders": "100", "budgets": "",
+                      "group": "group" if "group" in group_columns else "", "seed": "0"},
+    )
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(session: SessionDep, dataset: str | None = None) -> HTMLResponse:
+    notice = None
+    if dataset:
+        try:
+            found = datasets_repo.get(session, uuid.UUID(dataset))
+        except ValueError:
+            found = None
+        if found is not None:
+            notice = f"Dataset “{found.name}” is stored: {found.n_systems} systems, {found.n_tasks} tasks."
+    return _index(session, notice=notice, selected=dataset)
+
+
+def _problems(detail: Any) -> list[str]:
+    if isinstance(detail, list):
+        out = []
+        for d in detail:
+            if isinstance(d, dict):
+                where = ", ".join(f"{k} {d[k]}" for k in ("row", "field") if d.get(k) not in (None, ""))
+                out.append(f"{where}: {d.get('message', '')}" if where else str(d.get("message", d)))
+            else:
+                out.append(str(d))
+        return out
+    return [str(detail)]
+
+
+async def _form_upload(request: Request) -> Upload | ServiceError:
+    try:
+        return await read_upload(request)
+    except ServiceError as exc:
+        return exc
+
+
+@router.post("/datasets", response_class=HTMLResponse)
+def upload_dataset(
+    upload: Annotated[Upload | ServiceError, Depends(_form_upload)], session: SessionDep
+) -> Response:
+    """The upload form: the same validation and storage as ``POST /v1/datasets``."""
+    if isinstance(upload, ServiceError):
+        return _index(session, status_code=upload.status_code, errors=_problems(upload.detail))
+    try:
+        dataset, _created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt)
+    except ServiceError as exc:
+        return _index(session, status_code=exc.status_code, errors=_problems(exc.detail))
+    return RedirectResponse(f"/?dataset={dataset.id}#replay-form", status_code=303)
+
+
+async def _form_fields(request: Request) -> dict[str, list[str]]:
+    form = await request.form(max_files=0, max_fields=100)
+    try:
+        out: dict[str, list[str]] = {}
+        for key, value in form.multi_items():
+            if isinstance(value, str):
+                out.setdefault(key, []).append(value)
+        return out
+    finally:
+        await form.close()
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(x) for x in text.replace(";", ",").replace(" ", ",").split(",") if x.strip()]
+
+
+@router.post("/replays", response_class=HTMLResponse)
+def start_replay(
+    fields: Annotated[dict[str, list[str]], Depends(_form_fields)], session: SessionDep, settings: SettingsDep
+) -> Response:
+    """The replay form: builds a ``ReplayCreate`` and submits it like ``POST /v1/replays``."""
+
+    def one(key: str) -> str:
+        return (fields.get(key) or [""])[0].strip()
+
+    form = {"policies": fields.get("policies", []), "deltas": one("deltas"), "orders": one("orders"),
+            "budgets": one("budgets"), "group": one("group"), "seed": one("seed")}
+    body: dict[str, Any] = {"dataset_id": one("dataset_id"), "groups": [form["group"] or None]}
+    errors: list[str] = []
+    if form["policies"]:
+        body["policies"] = form["policies"]
+    for key, parse in (("deltas", _numbers), ("orders", int), ("seed", int)):
+        if form[key]:
+            try:
+                body[key] = parse(form[key])
+            except ValueError:
+                errors.append(f"{key}: not a number: {form[key]!r}")
+    if form["budgets"]:
+        body["budgets"] = form["budgets"]
+    try:
+        create = ReplayCreate.model_validate(body)
+    except ValidationError as exc:
+        errors += [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+    if errors:
+        return _index(session, status_code=422, errors=errors, selected=one("dataset_id"), form=form)
+    try:
+        replay = replays.create(session, create, settings)
+    except ServiceError as exc:
+        return _index(session, status_code=exc.status_code, errors=_problems(exc.detail),
+                      selected=one("dataset_id"), form=form)
+    return RedirectResponse(f"/replays/{replay.id}", status_code=303)
+
+
+# --------------------------------------------------------------------------- the report page
+
+
+@router.get("/replays/{replay_id}", response_class=HTMLResponse)
+def replay_page(
+    replay_id: str,
+    session: SessionDep,
+    config: Annotated[int, Query(ge=0)] = 0,
+    sort: str = "abs_delta",
+    order: str = "asc",
+    q: Annotated[str, Query(max_length=200)] = "",
+    page: Annotated[int, Query(ge=1)] = 1,
+) -> HTMLResponse:
+    try:
+        rid = uuid.UUID(replay_id)
+        replay, report = reports.replay_with_report(session, rid)
+    except (ValueError, NotFound):
+        return _not_found(f"There is no replay {replay_id}.")
+    state = replays.read(session, replay)
+    dataset = datasets_repo.get(session, replay.dataset_id)
+    context: dict[str, Any] = {
+        "title": f"Replay {str(replay.id)[:8]}",
+        "replay": state,
+        "finished": replay.status in FINISHED,
+        "dataset": dataset,
+        "spec_items": view.spec_items(replay.spec),
+        "report": report,
+    }
+    if report is not None:
+        confs = report["configurations"]
+        dims = view.varying_dimensions(report)
+        config = min(config, max(len(confs) - 1, 0))
+        rows = []
+        for i, c in enumerate(confs):
+            msb = view.budget_at(c, c["minimum_sufficient_budget"])
+            rows.append({
+                "index": i,
+                "conf": c,
+                "dims": [view.dim_value(c, d) for d in dims if d != "delta"],
+                "msb_k": msb["k_mean"] if msb else None,
+                "blocked": view.blocked_runs(c),
+                "after": view.insufficient_after(c),
+            })
+        chosen = confs[config] if confs else None
+        context.update(
+            dims=[d for d in dims if d != "delta"],
+            rows=rows,
+            figures=[(name, spec) for name, spec in figures.FIGURES.items()],
+            config=config,
+            chosen=chosen,
+            chosen_label=view.series_label(chosen, dims, with_delta=True) if chosen else "",
+            pairs=view.pair_page(chosen, sort=sort, order=order, query=q, page=page) if chosen else None,
+            sorts=view.PAIR_SORTS,
+            q=q,
+            budgets=report["spec"]["budgets"],
+            labels=[view.series_label(c, dims, with_delta=True) for c in confs],
+        )
+    return render("replay.html", **context)
+
+
+# --------------------------------------------------------------------------- leaderboard
+
+
+@router.get("/datasets/{dataset_id}/leaderboard", response_class=HTMLResponse)
+def leaderboard_page(
+    dataset_id: str,
+    session: SessionDep,
+    level: float = 0.95,
+    cluster: str = "",
+    correction: str = "holm",
+    ties: str = "adjacent",
+) -> HTMLResponse:
+    try:
+        dataset = datasets.get(session, uuid.UUID(dataset_id))
+    except (ValueError, NotFound):
+        return _not_found(f"There is no dataset {dataset_id}.")
+    records = datasets.load_records(session, dataset.id)
+    params = {"level": level, "cluster": cluster, "correction": correction, "ties": ties}
+    context: dict[str, Any] = {
+        "title": f"Leaderboard · {dataset.name}",
+        "dataset": dataset,
+        "params": params,
+        "group_columns": [c["name"] for c in dataset.summary.get("group_columns", [])],
+        "corrections": evalstats.CORRECTIONS,
+        "tie_rules": evalstats.TIE_RULES,
+        "board": None,
+        "error": None,
+    }
+    try:
+        board = evalstats.leaderboard(records, level, cluster or None, correction, False, ties)
+    except evalstats.StatsInputError as exc:
+        context["error"] = f"{exc.field}: {exc.message}"
+        return render("leaderboard.html", 422, **context)
+    context.update(board=board, **_leaderboard_rows(board))
+    return render("leaderboard.html", **context)
+
+
+def _leaderboard_rows(board: Any) -> dict[str, Any]:
+    """Rows with each system's interval placed on a common 0–100 scale, its tie group and
+    the test of its lead over the next rank."""
+    lows = [r.stats.interval.low for r in board.rows]
+    highs = [r.stats.interval.high for r in board.rows]
+    lo, hi = (min(lows), max(highs)) if lows else (0.0, 1.0)
+    if not math.isfinite(lo) or not math.isfinite(hi) or hi <= lo:
+        lo, hi = 0.0, 1.0
+    pad = (hi - lo) * 0.04
+    lo, hi = lo - pad, hi + pad
+
+    def x(v: float) -> float:
+        return round(100 * (v - lo) / (hi - lo), 2) if math.isfinite(v) else 0.0
+
+    group_of = {}
+    for gi, g in enumerate(board.tie_groups):
+        for rank in range(g.first_rank, g.last_rank + 1):
+            group_of[rank] = (gi, g)
+    lead = {c.rank_higher: c for c in board.adjacent}
+    rows = []
+    for r in board.rows:
+        s = r.stats
+        gi, g = group_of.get(r.rank, (None, None))
+        rows.append({
+            "rank": r.rank, "s": s, "lead": lead.get(r.rank),
+            "group_index": gi, "group": g, "group_start": g is not None and g.first_rank == r.rank,
+            "x_low": x(s.interval.low), "x_high": x(s.interval.high), "x_mean": x(s.mean),
+        })
+    return {"rows": rows, "axis": (lo, hi)}

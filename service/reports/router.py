@@ -1,0 +1,69 @@
+"""``/v1/replays/{id}/figures/{name}.{svg,png}``: report figures for embedding."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Response
+
+from service.deps import SessionDep
+from service.errors import Conflict, NotFound, responses
+from service.replays import service as replays
+from service.replays.models import SUCCEEDED
+from service.reports import figures
+from service.reports import service as reports
+
+router = APIRouter(prefix="/v1/replays", tags=["reports"])
+
+FigureName = Literal["unresolved", "errors", "coverage"]
+
+# An SVG opened on its own is a document: no scripts, no remote loads, styles inline only.
+FIGURE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "public, max-age=300",
+}
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag in tags
+
+
+@router.get(
+    "/{replay_id}/figures/{name}.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"image/svg+xml": {}, "image/png": {}},
+            "description": "The figure; the same report always gives the same bytes",
+        },
+        304: {"description": "Not modified (If-None-Match matched the ETag)"},
+        **responses(NotFound, Conflict),
+    },
+    summary="A report figure (unresolved, errors, coverage) as SVG or PNG",
+    description=(
+        "Drawn with matplotlib from the stored report: one panel per δ, one line per configuration, "
+        "against the task budget. `unresolved`: defer rate with the η band and each minimum sufficient "
+        "budget marked; `errors`: false accept (solid) and false reject (dashed) with the α band; "
+        "`coverage`: coverage failure with the γ band. `delta` (repeatable) limits the panels."
+    ),
+)
+def get_figure(
+    replay_id: uuid.UUID,
+    name: FigureName,
+    fmt: Literal["svg", "png"],
+    session: SessionDep,
+    delta: Annotated[list[float] | None, Query(description="Only these δ panels (pp)")] = None,
+    if_none_match: Annotated[str | None, Header()] = None,
+) -> Response:
+    replay = replays.get(session, replay_id)
+    if replay.status == SUCCEEDED and replay.report_etag:
+        etag = reports.figure_etag(replay, name, fmt, delta)
+        if _matches(if_none_match, etag):
+            return Response(status_code=304, headers={"ETag": etag, **FIGURE_HEADERS})
+    body, etag = reports.figure_bytes(session, replay_id, name, fmt, delta)
+    return Response(body, media_type=figures.MEDIA_TYPES[fmt], headers={"ETag": etag, **FIGURE_HEADERS})

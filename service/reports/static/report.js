@@ -1,0 +1,31 @@
+// Live progress on the report page of a queued or running replay: poll the replay's status
+// (same origin), update the bar, reload once it has finished so the report fills in.
+(function () {
+  "use strict";
+  var box = document.getElementById("progress");
+  if (!box) { return; }
+  var state = box.getAttribute("data-status");
+  if (state !== "queued" && state !== "running") { return; }
+  var url = box.getAttribute("data-status-url");
+  var bar = document.getElementById("progress-bar");
+  var text = document.getElementById("progress-text");
+  var chunks = document.getElementById("progress-chunks");
+  var badge = document.getElementById("status");
+  function show(s) {
+    if (bar) { bar.value = s.progress; }
+    if (text) { text.textContent = (100 * s.progress).toFixed(1) + " %"; }
+    if (chunks) { chunks.textContent = String(s.chunks_done); }
+    if (badge) { badge.textContent = s.status; badge.className = "status status-" + s.status; }
+  }
+  function poll() {
+    fetch(url, { headers: { "Accept": "application/json" }, cache: "no-store" })
+      .then(function (r) { if (!r.ok) { throw new Error("status " + r.status); } return r.json(); })
+      .then(function (s) {
+        show(s);
+        if (s.status === "queued" || s.status === "running") { window.setTimeout(poll, 1000); }
+        else { window.location.reload(); }
+      })
+      .catch(function () { window.setTimeout(poll, 4000); });
+  }
+  window.setTimeout(poll, 1000);
+})();

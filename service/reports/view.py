@@ -1,0 +1,216 @@
+"""What the report pages and figures show, computed from a report document (pure, no I/O).
+
+The report document is the one ``build_report`` returns (``docs/engine-api.md``); nothing
+here recomputes a metric, it only selects, labels and orders what the engine reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# The dimensions a configuration is swept over (besides the policy); a page or figure names
+# a dimension only when the report has more than one value of it.
+DIMENSIONS = ("group", "floor", "a", "bootstrap", "delta")
+
+MISS_LABELS = {
+    "false_accept_rate": "false accept > α",
+    "false_reject_rate": "false reject > α",
+    "coverage_failure": "coverage failure > γ",
+    "defer_rate": "unresolved > η",
+    "no_cases": "no cases",
+}
+
+PAIR_SORTS = {
+    "abs_delta": "|Δ_full|",
+    "delta": "Δ_full",
+    "defer": "unresolved at the largest budget",
+    "a": "system A",
+    "b": "system B",
+}
+PAIRS_PER_PAGE = 40
+
+
+def fmt_rate(v: float | None, digits: int = 3) -> str:
+    """A rate in [0, 1] as a short decimal; ``null`` stays visible as such."""
+    if v is None:
+        return "null"
+    return f"{v:.{digits}f}"
+
+
+def fmt_budget(b: float | None) -> str:
+    """A budget fraction as a percentage of tasks ("none" when no budget qualifies)."""
+    if b is None:
+        return "none"
+    return f"{b * 100:.4g} %"
+
+
+def fmt_pp(x: float | None) -> str:
+    """A score difference (fraction) in signed percentage points."""
+    if x is None:
+        return "–"
+    return f"{x * 100:+.2f} pp"
+
+
+def policy_name(conf: dict[str, Any]) -> str:
+    return str(conf["policy"]["name"])
+
+
+def varying_dimensions(report: dict[str, Any]) -> list[str]:
+    """The sweep dimensions with more than one value among the configurations."""
+    confs = report["configurations"]
+    return [d for d in DIMENSIONS if len({_key(c.get(d)) for c in confs}) > 1]
+
+
+def _key(v: Any) -> str:
+    return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def dim_value(conf: dict[str, Any], dim: str) -> str:
+    v = conf.get(dim)
+    if dim == "delta":
+        return f"δ={v:g} pp"
+    if dim == "bootstrap":
+        return f"B={v}"
+    if dim == "group":
+        return "one group" if v is None else f"group={v}"
+    return f"{dim}={_key(v)}"
+
+
+def series_label(conf: dict[str, Any], dims: list[str], *, with_delta: bool = False) -> str:
+    """Policy name plus the other varying dimensions (δ only when asked: panels split by δ)."""
+    parts = [policy_name(conf)]
+    parts += [dim_value(conf, d) for d in dims if d != "delta" or with_delta]
+    return ", ".join(parts)
+
+
+def deltas(report: dict[str, Any]) -> list[float]:
+    seen: list[float] = []
+    for c in report["configurations"]:
+        if c["delta"] not in seen:
+            seen.append(c["delta"])
+    return seen
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """Consecutive tested budgets ``first..last`` below the minimum sufficient budget that
+    miss the same targets."""
+
+    first: float
+    last: float
+    misses: tuple[str, ...]
+
+    @property
+    def budgets(self) -> str:
+        if self.first == self.last:
+            return fmt_budget(self.first)
+        return f"{fmt_budget(self.first)} – {fmt_budget(self.last)}"
+
+    @property
+    def reasons(self) -> str:
+        return ", ".join(MISS_LABELS.get(m, m) for m in self.misses)
+
+
+def blocked_runs(conf: dict[str, Any]) -> list[Blocked]:
+    """Which targets block each budget smaller than the minimum sufficient one (all budgets
+    when none is sufficient), as runs of budgets with the same misses (SPEC §6)."""
+    msb = conf["minimum_sufficient_budget"]
+    runs: list[Blocked] = []
+    for b in conf["budgets"]:
+        if msb is not None and b["budget"] >= msb:
+            break
+        misses = tuple(b["misses"])
+        if runs and runs[-1].misses == misses:
+            runs[-1] = Blocked(runs[-1].first, b["budget"], misses)
+        else:
+            runs.append(Blocked(b["budget"], b["budget"], misses))
+    return runs
+
+
+def insufficient_after(conf: dict[str, Any]) -> list[float]:
+    """Budgets above the minimum sufficient one that are not sufficient (non-monotone curves)."""
+    msb = conf["minimum_sufficient_budget"]
+    if msb is None:
+        return []
+    return [b["budget"] for b in conf["budgets"] if b["budget"] > msb and not b["sufficient"]]
+
+
+def budget_at(conf: dict[str, Any], budget: float | None) -> dict[str, Any] | None:
+    if budget is None:
+        return None
+    return next((b for b in conf["budgets"] if math.isclose(b["budget"], budget, abs_tol=1e-12)), None)
+
+
+@dataclass(frozen=True)
+class PairPage:
+    rows: list[dict[str, Any]]
+    total: int
+    matched: int
+    page: int
+    pages: int
+    sort: str
+    order: str
+
+
+def pair_page(
+    conf: dict[str, Any], *, sort: str = "abs_delta", order: str = "asc", query: str = "", page: int = 1,
+    per_page: int = PAIRS_PER_PAGE,
+) -> PairPage:
+    """The configuration's per-pair rows filtered by a system-name substring, sorted, one page.
+
+    Each row gets ``cells``: per budget ``(accept, reject, defer)`` shares."""
+    pairs = conf["per_pair"]
+    q = query.strip().lower()
+    rows = [p for p in pairs if not q or q in p["a"].lower() or q in p["b"].lower()]
+    sort = sort if sort in PAIR_SORTS else "abs_delta"
+    order = "desc" if order == "desc" else "asc"
+
+    def key(p: dict[str, Any]) -> tuple:
+        if sort == "abs_delta":
+            return (abs(p["delta_full"]), p["a"], p["b"])
+        if sort == "delta":
+            return (p["delta_full"], p["a"], p["b"])
+        if sort == "defer":
+            return (p["defer"][-1] if p["defer"] else 0.0, p["a"], p["b"])
+        if sort == "a":
+            return (p["a"], p["b"])
+        return (p["b"], p["a"])
+
+    rows.sort(key=key, reverse=order == "desc")
+    pages = max(1, math.ceil(len(rows) / per_page))
+    page = min(max(1, page), pages)
+    chosen = rows[(page - 1) * per_page : page * per_page]
+    out = []
+    for p in chosen:
+        cells = list(zip(p["accept"], p["reject"], p["defer"], strict=True))
+        out.append({**p, "cells": cells})
+    return PairPage(rows=out, total=len(pairs), matched=len(rows), page=page, pages=pages, sort=sort, order=order)
+
+
+def spec_items(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """The spec as (label, value) lines for a definition list."""
+
+    def join(xs: Any) -> str:
+        return ", ".join(_key(x) for x in xs)
+
+    pols = []
+    for p in spec["policies"]:
+        cov = "coverage-aware" if p["coverage_aware"] else "no coverage check"
+        pols.append(f"{p['name']} ({p['order']} order, {p['rule']} rule, {cov})")
+    budgets = spec["budgets"]
+    return [
+        ("policies", "; ".join(pols)),
+        ("δ (pp)", join(spec["deltas"])),
+        ("budgets", f"{len(budgets)} from {fmt_budget(budgets[0])} to {fmt_budget(budgets[-1])}" if budgets else "–"),
+        ("orders per pair", str(spec["orders"])),
+        ("seeds", f"{spec['seeds']} (seed {spec['seed']})"),
+        ("bootstrap B", join(spec["bootstrap"])),
+        ("rule level a", join(spec["a"])),
+        ("coverage floors", join(spec["floors"])),
+        ("groups", join("one group" if g is None else g for g in spec["groups"])),
+        ("orientation", str(spec["orientation"])),
+        ("min task coverage", _key(spec["min_task_coverage"])),
+        ("targets", f"α = {spec['alpha']:g}, γ = {spec['gamma']:g}, η = {spec['eta']:g}"),
+    ]
