@@ -289,12 +289,15 @@ def make_live_spec(*, rule: str = "bootstrap", delta: float = 0.0, a: float = 0.
 
 
 def check_observed(spec: LiveSpec, observed: Observed, field: str = "observations") -> None:
-    """Input-dependent checks: mcnemar needs binary single-trial outcomes; bootstrap and
-    anytime need outcomes on a lattice of step 1/L."""
+    """Input-dependent checks: mcnemar needs binary single-trial outcomes; the exact
+    bootstrap needs outcomes on a small grid of step 1/L (else give a finite ``bootstrap``)."""
     if spec.rule == "mcnemar" and not observed.binary_single_trial:
         raise LiveError(field, "mcnemar needs binary (0/1) single-trial outcomes; these are fractional or repeated")
-    if spec.rule in ("bootstrap", "anytime") and observed.k and _lattice(observed) is None:
-        raise LiveError(field, f"{spec.rule} needs outcomes on a grid of step 1/L (L <= {R.MAX_LATTICE})")
+    if spec.rule == "bootstrap" and spec.bootstrap == "exact" and observed.k:
+        lat = _lattice(observed)
+        if lat is None or 2 * lat * observed.k > R.MAX_FFT:
+            raise LiveError("bootstrap", "the exact bootstrap needs outcomes on a small grid of step 1/L "
+                                         "(e.g. 0/1 or fractions of a few trials); give a number of resamples")
 
 
 # ----------------------------------------------------------------------------- decision
@@ -333,8 +336,8 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     if spec.rule == "anytime":
         if k == 0:
             return R.DEFER, {"stopped_at": None}
-        lat = lattice or 1
-        v = np.round(d * lat).astype(np.int64)
+        lat = lattice
+        v = np.round(d * lat).astype(np.int64) if lat else d  # off a lattice the kernel takes d itself
         cov = None if cov_path is None else cov_path[None, :]
         dec, stop = R.anytime_paths(v[None, :], lat, n, spec.theta, spec.a, k, cov)
         stopped = int(stop[0]) if stop[0] <= k else None
@@ -344,7 +347,10 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
         h = hashlib.sha256(rng_key + np.ascontiguousarray(d).tobytes()).digest()
         words = np.frombuffer(h[:16], np.uint32).tolist()
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, *words])))
-    res = R.decide(spec.rule, d, spec.theta, spec.a, spec.bootstrap, n=n, rng=rng)
+    try:
+        res = R.decide(spec.rule, d, spec.theta, spec.a, spec.bootstrap, n=n, rng=rng)
+    except ValueError as exc:  # the rule cannot run on these outcomes
+        raise LiveError("rule", str(exc)) from None
     stat: dict[str, object] = {k_: (_clean(float(v)) if isinstance(v, float) else v) for k_, v in res.statistic.items()}
     if spec.rule == "serfling" and k:
         eps = float(res.statistic["radius"])
