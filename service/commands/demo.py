@@ -105,7 +105,8 @@ def _drive(base: str, args: argparse.Namespace, settings) -> None:  # noqa: ANN0
         r.raise_for_status()
         replay = r.json()
         url = f"{base}/v1/replays/{replay['id']}"
-        print(f"Submitted replay {replay['id']}: {replay['n_pairs']} pairs in {replay['n_chunks']} chunks, "
+        chunks = f"{replay['n_chunks']} chunk{'' if replay['n_chunks'] == 1 else 's'}"
+        print(f"Submitted replay {replay['id']}: {replay['n_pairs']} pairs in {chunks}, "
               f"{len(DEMO_POLICIES)} policies x 2 thresholds, {args.orders} orders per pair.", flush=True)
         last = -1.0
         while True:
@@ -119,6 +120,8 @@ def _drive(base: str, args: argparse.Namespace, settings) -> None:  # noqa: ANN0
         if state["status"] != "succeeded":
             raise RuntimeError(f"replay {state['status']}: {state['error']}")
         report = http.get(f"/v1/replays/{replay['id']}/report").json()
+        page = f"{base}/replays/{replay['id']}"
+        has_page = http.get(page).status_code == 200  # the HTML report, when the pages are mounted
     print("\nMinimum sufficient budget (share of tasks; targets: "
           f"FAR/FRR <= {report['targets']['alpha']}, coverage failure <= {report['targets']['gamma']}, "
           f"defer <= {report['targets']['eta']}):")
@@ -126,7 +129,10 @@ def _drive(base: str, args: argparse.Namespace, settings) -> None:  # noqa: ANN0
     for conf in report["configurations"]:
         print(f"  {conf['policy']['name']:<22} {conf['delta']:>10g} {_pct(conf['minimum_sufficient_budget']):>14} "
               f"{_pct(conf['error_coverage_budget']):>18}")
-    print(f"\nReport:  {url}/report  (CSV: {url}/report.csv, metric rows: {url}/metrics)")
+    print()
+    if has_page:
+        print(f"Report page:  {page}")
+    print(f"Report (JSON): {url}/report\nReport (CSV):  {url}/report.csv\nMetric rows:   {url}/metrics")
     print(f"Done in {time.monotonic() - started:.1f} s.", flush=True)
 
 
