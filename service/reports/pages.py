@@ -339,7 +339,7 @@ def _leaderboard_rows(board: Any) -> dict[str, Any]:
     if not math.isfinite(lo) or not math.isfinite(hi) or hi <= lo:
         lo, hi = 0.0, 1.0
     pad = (hi - lo) * 0.04
-    lo, hi = lo - pad, hi + pad
+    lo, hi = (max(lo - pad, 0.0) if lo >= 0 else lo - pad), hi + pad
 
     def x(v: float) -> float:
         return round(100 * (v - lo) / (hi - lo), 2) if math.isfinite(v) else 0.0
