@@ -43,5 +43,4 @@ def insert_new(session: Session, session_id: uuid.UUID, rows: Sequence[tuple[str
     stmt = insert(LiveObservation).values(
         [{"session_id": session_id, "system": s, "task_id": t, "trial": tr, "outcome": o} for s, t, tr, o in rows]
     ).on_conflict_do_nothing(index_elements=["session_id", "task_id", "system", "trial"])
-    result = session.execute(stmt)
-    return max(int(result.rowcount or 0), 0)
+    return len(session.execute(stmt.returning(LiveObservation.id)).all())

@@ -1,0 +1,131 @@
+"""``POST /v1/decisions`` on both backends: the engine's answer, validation, calibration."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from service.engine.live import live_from_arrays
+from service.engine.records import parse_records
+from tests.service.conftest import synth_csv, upload, wait_for
+
+IDS = [f"t{i:02d}" for i in range(40)]
+GROUPS = [f"g{i % 4}" for i in range(40)]
+
+
+def _case(seed: int = 0, k: int = 22) -> tuple[list[str], list[float], list[float]]:
+    rng = np.random.default_rng(seed)
+    seq = [IDS[i] for i in rng.permutation(40)[:k]]
+    return seq, (rng.random(k) < 0.7).astype(float).tolist(), (rng.random(k) < 0.4).astype(float).tolist()
+
+
+def _compact(seq: list[str], ya: list[float], yb: list[float], **extra: object) -> dict:
+    return {"universe": {"task_ids": IDS, "groups": GROUPS},
+            "outcomes": {"A": dict(zip(seq, ya, strict=True)), "B": dict(zip(seq, yb, strict=True))}, **extra}
+
+
+@pytest.mark.parametrize("rule", ["bootstrap", "anytime", "paired_normal", "serfling"])
+def test_decision_is_the_engine_answer_and_deterministic(client: TestClient, rule: str) -> None:
+    seq, ya, yb = _case()
+    body = _compact(seq, ya, yb, rule=rule)
+    first = client.post("/v1/decisions", json=body)
+    assert first.status_code == 200, first.text
+    expected = live_from_arrays(IDS, GROUPS, ya, yb, seq, rule=rule)
+    got = first.json()
+    assert got.pop("calibration") is None
+    assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert client.post("/v1/decisions", json=body).content == first.content  # byte for byte
+    rows = [{"task_id": t, "system": s, "outcome": y} for t, a, b in zip(seq, ya, yb, strict=True)
+            for s, y in (("A", a), ("B", b))]
+    listed = client.post("/v1/decisions", json={"universe": {"task_ids": IDS, "groups": GROUPS},
+                                                "observations": rows, "rule": rule})
+    assert listed.content == first.content
+
+
+def test_decision_answers_every_part_of_spec_7(client: TestClient) -> None:
+    seq, ya, yb = _case(3, k=9)
+    out = client.post("/v1/decisions", json=_compact(seq, ya, yb)).json()
+    assert out["rule"] == "bootstrap" and out["k"] == 9 and out["N"] == 40
+    assert set(out["counts"]) >= {"a_wins", "b_wins", "ties", "unobserved"}
+    assert {"p_low", "p_high"} <= set(out["statistic"])
+    assert out["reason"] in ("coverage_unmet", "insufficient_evidence", "decided")
+    assert [g["group"] for g in out["coverage"]["groups"]] == ["g0", "g1", "g2", "g3"]
+    assert out["warning"] and "anytime" in out["warning"]
+    if out["decision"] == "defer":
+        assert out["next"]["k"] > 9 and set(out["next"]["task_ids"]).isdisjoint(seq)
+
+
+def _field(r) -> str:  # noqa: ANN001
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error"] == "invalid_input"
+    return body["detail"][0]["field"]
+
+
+def test_bad_input_is_422_naming_the_field(client: TestClient) -> None:
+    seq, ya, yb = _case()
+    ok = _compact(seq, ya, yb)
+    post = lambda body: client.post("/v1/decisions", json=body)  # noqa: E731
+    assert _field(post({**ok, "rule": "majority"})) == "rule"
+    assert _field(post({**ok, "rule": "mcnemar", "delta": 5})) == "delta"
+    frac = _compact(seq, [0.5] * len(seq), yb, rule="mcnemar")
+    assert _field(post(frac)) == "observations"
+    bad = _compact(seq, [1.5] + ya[1:], yb)
+    assert _field(post(bad)) == f"outcomes.A.{seq[0]}.outcome"
+    rows = [{"task_id": "t00", "system": "A", "outcome": -0.1}]
+    assert _field(post({"universe": {"task_ids": IDS}, "observations": rows})) == "observations[0].outcome"
+    assert _field(post({**ok, "universe": {"task_ids": [*IDS, "t03"]}})) == "universe.task_ids[40]"
+    assert _field(post({**ok, "system_b": "A"})) == "system_b"
+    rows = [{"task_id": "t99", "system": "A", "outcome": 1}]
+    assert _field(post({"universe": {"task_ids": IDS}, "observations": rows})) == "observations[0].task_id"
+    assert _field(post({"universe": {"task_ids": []}, "outcomes": {}})) == "universe"
+    assert _field(post({"outcomes": {}})) == "universe"
+    assert _field(post({**ok, "floor": "most"})) == "floor"
+    assert _field(post({**ok, "policy": "nope"})) == "policy"
+    assert _field(post({**ok, "outcomes": {"C": {"t00": 1}}})) == "outcomes.C"
+    r = post({**ok, "a": "x"})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "a"
+
+
+def test_dataset_universe_and_calibration_from_a_finished_replay(client: TestClient) -> None:
+    content = synth_csv(seed=5)
+    ds = upload(client, content)
+    records = parse_records(content)
+    a, b = records.systems[0], records.systems[1]
+    tasks = list(records.tasks[:20])
+    outcomes = {s: {t: float(records.y[i, records.tasks.index(t)]) for t in tasks} for i, s in ((0, a), (1, b))}
+    body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b, "outcomes": outcomes,
+            "policy": "coverage_bootstrap"}
+    before = client.post("/v1/decisions", json=body)
+    assert before.status_code == 200, before.text
+    assert before.json()["N"] == records.n_tasks and before.json()["calibration"] is None
+    groups = {g["group"] for g in before.json()["coverage"]["groups"]}
+    assert groups == set(records.metadata["group"])
+
+    spec = {"policies": ["coverage_bootstrap"], "deltas": [0, 5], "budgets": [0.25, 0.5, 0.75], "orders": 10,
+            "groups": ["group"], "bootstrap": [50], "seed": 1}
+    replay = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()
+    assert wait_for(client, replay["id"])["status"] == "succeeded"
+    report = client.get(f"/v1/replays/{replay['id']}/report").json()
+    conf = next(c for c in report["configurations"] if c["delta"] == 0)
+    at_half = next(x for x in conf["budgets"] if x["budget"] == 0.5)  # k/N = 20/40
+
+    cal = client.post("/v1/decisions", json=body).json()["calibration"]
+    assert cal["replay_id"] == replay["id"] and cal["policy"] == "coverage_bootstrap" and cal["budget"] == 0.5
+    assert cal["bootstrap"] == "50" and cal["group"] == "group"
+    for m in ("false_accept_rate", "false_reject_rate", "defer_rate"):
+        assert cal[m] == at_half[m]
+    assert cal["minimum_sufficient_budget"] == conf["minimum_sufficient_budget"]
+    # the same rule by name, another floor or δ: no replay matches
+    assert client.post("/v1/decisions", json={**body, "policy": None, "rule": "bootstrap"}).json()["calibration"]
+    assert client.post("/v1/decisions", json={**body, "floor": "slack"}).json()["calibration"] is None
+    assert client.post("/v1/decisions", json={**body, "delta": 10}).json()["calibration"] is None
+
+    assert _field(client.post("/v1/decisions", json={**body, "group": "nope"})) == "group"
+    missing = client.post("/v1/decisions", json={**body, "dataset_id": "00000000-0000-0000-0000-000000000000"})
+    assert missing.status_code == 404
+    both = {**body, "universe": {"task_ids": IDS}}
+    assert _field(client.post("/v1/decisions", json=both)) == "universe"

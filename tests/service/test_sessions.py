@@ -1,0 +1,174 @@
+"""Sessions on both backends: order, checkpoints, idempotent appends, conflicts, concurrency,
+and the anytime monitoring simulation through the API."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from fastapi.testclient import TestClient
+
+from service.engine.live import live_from_arrays
+
+IDS = [f"t{i:02d}" for i in range(80)]
+GROUPS = [f"g{i % 4}" for i in range(80)]
+
+
+def _create(client: TestClient, **body: object) -> dict:
+    body = {"universe": {"task_ids": IDS, "groups": GROUPS}, "system_a": "new", "system_b": "old", **body}
+    r = client.post("/v1/sessions", json=body)
+    assert r.status_code == 201, r.text
+    assert r.headers["location"] == f"/v1/sessions/{r.json()['id']}"
+    return r.json()
+
+
+def _post(client: TestClient, sid: str, rows: list[dict]) -> dict:
+    r = client.post(f"/v1/sessions/{sid}/observations", json={"observations": rows})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _pair(task: str, a: float, b: float) -> list[dict]:
+    return [{"task_id": task, "system": "new", "outcome": a}, {"task_id": task, "system": "old", "outcome": b}]
+
+
+def test_create_returns_a_seeded_stratified_order(client: TestClient) -> None:
+    s = _create(client)
+    assert sorted(s["order"]) == IDS and s["rule"] == "anytime" and s["status"] == "running" and s["k"] == 0
+    assert s["checkpoints"] == [{"budget": b, "k": k} for b, k in ((0.25, 20), (0.5, 40), (0.75, 60), (1.0, 80))]
+    assert _create(client)["order"] == s["order"]  # seeded by the universe
+    assert _create(client, seed=7)["order"] != s["order"]
+    group = dict(zip(IDS, GROUPS, strict=True))
+    assert sorted(group[t] for t in s["order"][:4]) == ["g0", "g1", "g2", "g3"]  # prefixes meet coverage
+    assert client.get(f"/v1/sessions/{s['id']}").json()["order"] == s["order"]
+    assert client.get("/v1/sessions/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+def test_fixed_sample_rules_conclude_only_at_checkpoints(client: TestClient) -> None:
+    s = _create(client, rule="bootstrap", budgets=[0.25, 0.5, 1.0])
+    for i, t in enumerate(s["order"][:19]):
+        st = _post(client, s["id"], _pair(t, 1, 0))
+        assert st["status"] == "running" and st["current"]["decision"] == "defer"
+        assert st["current"]["reason"] == ("coverage_infeasible" if i < 3 else "awaiting_checkpoint") or i < 3
+        assert st["history"] == [] and st["current"]["warning"] is None
+    assert st["current"]["next"]["k"] == 20 and st["current"]["next"]["task_ids"] == [s["order"][19]]
+    st = _post(client, s["id"], _pair(s["order"][19], 1, 0))
+    assert st["status"] == "concluded" and st["current"]["decision"] == "accept" and st["current"]["k"] == 20
+    assert [(h["event"], h["k"], h["decision"]) for h in st["history"]] == [("checkpoint", 20, "accept")]
+    later = _post(client, s["id"], _pair(s["order"][20], 0, 1))  # after the conclusion: stored, verdict kept
+    assert later["added"] == 2 and later["k"] == 21 and later["current"]["decision"] == "accept"
+
+
+def test_anytime_may_conclude_between_checkpoints(client: TestClient) -> None:
+    s = _create(client)
+    for t in s["order"][:19]:
+        st = _post(client, s["id"], _pair(t, 1, 0))
+        if st["status"] == "concluded":
+            break
+    assert st["status"] == "concluded" and st["current"]["decision"] == "accept" and st["k"] < 20
+    stop = st["current"]["statistic"]["stopped_at"]
+    assert st["history"] == [{"event": "stop", "budget": None, "k": stop, "decision": "accept", "reason": "decided",
+                              "mean_difference": 1.0, "statistic": st["current"]["statistic"]}]
+
+
+def test_appends_are_idempotent_and_conflicts_store_nothing(client: TestClient) -> None:
+    s = _create(client, trials=2)
+    sid = s["id"]
+    rows = [{"task_id": "t00", "system": "new", "trial": 0, "outcome": 1}, {"task_id": "t00", "system": "old",
+                                                                           "trial": 0, "outcome": 0}]
+    assert _post(client, sid, rows)["added"] == 2
+    again = _post(client, sid, rows + rows)
+    assert again["added"] == 0 and again["duplicates"] == 2 and again["k"] == 0  # 2 trials needed
+    conflict = client.post(f"/v1/sessions/{sid}/observations", json={"observations": [
+        {"task_id": "t01", "system": "new", "outcome": 1}, {"task_id": "t00", "system": "new", "outcome": 0}]})
+    assert conflict.status_code == 409 and conflict.json()["error"] == "conflict"
+    assert conflict.json()["detail"][0]["field"] == "observations[1]"
+    inside = client.post(f"/v1/sessions/{sid}/observations", json={"observations": [
+        {"task_id": "t02", "system": "new", "outcome": 1}, {"task_id": "t02", "system": "new", "outcome": 0}]})
+    assert inside.status_code == 409
+    done = _post(client, sid, [{"task_id": "t00", "system": s, "trial": 1, "outcome": 0.0} for s in ("new", "old")])
+    assert done["added"] == 2 and done["k"] == 1 and done["current"]["counts"]["a_only"] == 0  # t01 never stored
+    assert done["current"]["mean_difference"] == 0.5
+
+
+def test_bad_observations_are_422_naming_the_field(client: TestClient) -> None:
+    sid = _create(client)["id"]
+    mc = _create(client, rule="mcnemar")["id"]
+
+    def field(session_id: str, rows: list[dict]) -> str:
+        r = client.post(f"/v1/sessions/{session_id}/observations", json={"observations": rows})
+        assert r.status_code == 422, r.text
+        return r.json()["detail"][0]["field"]
+
+    assert field(sid, [{"task_id": "zz", "system": "new", "outcome": 1}]) == "observations[0].task_id"
+    assert field(sid, [{"task_id": "t00", "system": "new", "outcome": 1},
+                       {"task_id": "t00", "system": "x", "outcome": 1}]) == "observations[1].system"
+    assert field(sid, [{"task_id": "t00", "system": "new", "outcome": 2}]) == "observations[0].outcome"
+    assert field(sid, [{"task_id": "t00", "system": "new", "trial": 1, "outcome": 1}]) == "observations[0].trial"
+    assert field(mc, [{"task_id": "t00", "system": "new", "outcome": 0.5}]) == "observations[0].outcome"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "rule": "mcnemar", "delta": 5})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "delta"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "system_a": "x", "system_b": "x"})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "system_b"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": ["a", "a"]}})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "universe.task_ids[1]"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": []}})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "universe"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "rule": "vote"})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "rule"
+    assert client.post("/v1/sessions/00000000-0000-0000-0000-000000000000/observations",
+                       json={"observations": [{"task_id": "t00", "system": "new", "outcome": 1}]}).status_code == 404
+
+
+def test_concurrent_appends_lose_nothing(client: TestClient) -> None:
+    s = _create(client, rule="bootstrap", budgets=[1.0])
+    sid = s["id"]
+    rng = np.random.default_rng(0)
+    y = {(t, sys_): float(rng.random() < 0.5) for t in IDS for sys_ in ("new", "old")}
+    batches = []
+    for i in range(0, 80, 4):  # every row is posted by two different requests
+        rows = [{"task_id": t, "system": s_, "outcome": y[(t, s_)]} for t in IDS[i:i + 4] for s_ in ("new", "old")]
+        batches += [rows, rows[::-1]]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda rows: client.post(f"/v1/sessions/{sid}/observations",
+                                                         json={"observations": rows}), batches))
+    assert all(r.status_code == 200 for r in results), [r.text for r in results if r.status_code != 200]
+    assert sum(r.json()["added"] for r in results) == 160
+    final = client.get(f"/v1/sessions/{sid}").json()
+    assert final["k"] == 80 and final["history"][-1]["k"] == 80
+    d = np.array([y[(t, "new")] - y[(t, "old")] for t in IDS])
+    assert final["current"]["mean_difference"] == float(f"{d.mean():.12g}")
+
+
+def test_anytime_monitoring_simulation_through_sessions(client: TestClient) -> None:
+    """Null population (Δ_full = 0 at δ = 0): sessions fed one task at a time, checked after
+    every task, stop exactly where the engine's anytime rule stops on the same sequence,
+    and almost never accept; a fixed-sample session never concludes between checkpoints."""
+    n = 30
+    ids = IDS[:n]
+    d = np.array([1.0] * 9 + [-1.0] * 9 + [0.0] * 12)
+    rng = np.random.default_rng(7)
+    false_accepts = 0
+    for rep in range(10):
+        rule = "bootstrap" if rep == 0 else "anytime"
+        s = client.post("/v1/sessions", json={"universe": {"task_ids": ids}, "rule": rule, "seed": rep,
+                                              "system_a": "new", "system_b": "old"}).json()
+        perm = rng.permutation(n)
+        ya = {ids[i]: (1.0 if d[i] >= 0 else 0.0) for i in range(n)}
+        yb = {t: ya[t] - d[ids.index(t)] for t in ids}
+        seq: list[str] = []
+        for i in perm.tolist():
+            t = ids[i]
+            seq.append(t)
+            st = _post(client, s["id"], _pair(t, ya[t], yb[t]))
+            if rule == "bootstrap":
+                ks = {c["k"] for c in s["checkpoints"]}
+                assert st["current"]["reason"] == "awaiting_checkpoint" or len(seq) in ks or len(seq) < 2
+            if st["status"] != "running":
+                break
+        if rule == "anytime":
+            engine = live_from_arrays(ids, None, [ya[t] for t in seq], [yb[t] for t in seq], seq, rule="anytime")
+            assert st["current"]["decision"] == engine["decision"]
+            assert st["current"]["statistic"]["stopped_at"] == engine["statistic"]["stopped_at"]
+            false_accepts += st["current"]["decision"] == "accept"
+    assert false_accepts <= 1
