@@ -1,0 +1,102 @@
+"""The shipped Python client and harness adapter, against the real app (both backends)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from service.client import (
+    APIError,
+    AsyncSufficiencyClient,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    ServerError,
+    SufficiencyClient,
+    SufficiencyError,
+    TransportError,
+    observation,
+)
+from service.harness import AsyncLiveMonitor, LiveMonitor
+
+IDS = [f"task-{i:02d}" for i in range(48)]
+UNIVERSE = {t: f"repo{i % 3}" for i, t in enumerate(IDS)}
+
+
+def test_sync_client_decides_and_translates_errors(client: TestClient) -> None:
+    api = SufficiencyClient(http=client)
+    out = api.decide(universe={"task_ids": IDS}, outcomes={"A": {"task-00": 1.0}, "B": {"task-00": 0.0}},
+                     rule="anytime")
+    assert out["decision"] == "defer" and out["k"] == 1 and out["N"] == 48
+    with pytest.raises(InvalidInputError) as err:
+        api.decide(universe={"task_ids": IDS}, outcomes={}, rule="majority")
+    assert err.value.status == 422 and err.value.code == "invalid_input" and err.value.fields == ["rule"]
+    with pytest.raises(NotFoundError):
+        api.get_session("00000000-0000-0000-0000-000000000000")
+    s = api.create_session(universe={"task_ids": IDS}, system_a="x", system_b="y")
+    api.observe(s["id"], [observation("task-01", "x", 1.0)])
+    with pytest.raises(ConflictError) as conflict:
+        api.observe(s["id"], [observation("task-01", "x", 0.0)])
+    assert isinstance(conflict.value, APIError) and isinstance(conflict.value, SufficiencyError)
+    assert api.get_session(s["id"])["current"]["counts"]["a_only"] == 1
+
+
+def test_transport_and_server_errors_are_translated() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with SufficiencyClient(transport=httpx.MockTransport(refuse)) as api, pytest.raises(TransportError):
+        api.decide(universe={"task_ids": IDS})
+    boom = httpx.MockTransport(lambda r: httpx.Response(503, json={"error": "unavailable", "detail": "db down"}))
+    with SufficiencyClient(transport=boom) as api, pytest.raises(ServerError) as err:
+        api.get_session("x")
+    assert err.value.status == 503 and err.value.detail == "db down"
+    text = httpx.MockTransport(lambda r: httpx.Response(502, text="bad gateway"))
+    with SufficiencyClient(transport=text) as api, pytest.raises(ServerError):
+        api.get_session("x")
+
+
+def test_harness_loop_stops_early_with_the_anytime_rule(client: TestClient) -> None:
+    rng = np.random.default_rng(1)
+    outcome = {t: (float(rng.random() < 0.9), float(rng.random() < 0.1)) for t in IDS}
+    monitor = LiveMonitor(SufficiencyClient(http=client), system_a="new", system_b="base", universe=UNIVERSE)
+    assert sorted(monitor.order) == IDS
+    ran = []
+    for task_id in monitor.tasks():
+        ran.append(task_id)
+        verdict = monitor.record(task_id, *outcome[task_id])
+    assert verdict.stop and verdict.decision == "accept" and verdict.reason == "decided"
+    assert verdict.k == len(ran) < len(IDS) and ran == monitor.order[: len(ran)]
+    # resume by id; recording the same outcome again changes nothing
+    again = LiveMonitor(SufficiencyClient(http=client), session_id=monitor.session_id)
+    assert again.verdict.decision == "accept" and again.record(ran[0], *outcome[ran[0]]).k == verdict.k
+    hook = again.record_outcomes(ran[1], {"new": outcome[ran[1]][0], "base": outcome[ran[1]][1]})
+    assert hook.stop
+
+
+def test_async_client_concurrent_appends_and_async_monitor(client: TestClient) -> None:
+    app = client.app
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with AsyncSufficiencyClient("http://app", transport=transport) as api:
+            s = await api.create_session(universe={"task_ids": IDS, "groups": list(UNIVERSE.values())},
+                                         rule="serfling", budgets=[0.5, 1.0])
+            rows = [[observation(t, sys_, float(i % 2 == 0 or sys_ == "A"))] for i, t in enumerate(IDS)
+                    for sys_ in ("A", "B")]
+            results = await asyncio.gather(*(api.observe(s["id"], r) for r in rows + rows[:10]))
+            assert sum(r["added"] for r in results) == 96
+            final = await api.get_session(s["id"])
+            assert final["k"] == 48 and [h["k"] for h in final["history"]][:1] == [24]
+            with pytest.raises(InvalidInputError):
+                await api.observe(s["id"], [observation("nope", "A", 1.0)])
+            monitor = await AsyncLiveMonitor.start(api, universe=IDS, system_a="p", system_b="q")
+            verdict = await monitor.record(monitor.order[0], 1.0, 0.0)
+            assert verdict.k == 1 and not monitor.should_stop()
+            assert (await monitor.refresh()).k == 1
+
+    asyncio.run(scenario())
