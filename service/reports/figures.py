@@ -26,7 +26,7 @@ from service.reports import view
 Format = Literal["svg", "png"]
 FORMATS: tuple[Format, ...] = ("svg", "png")
 MEDIA_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
-RENDERER_VERSION = "1"
+RENDERER_VERSION = "2"
 """Part of every figure ETag: bump when the drawing changes so caches refetch."""
 
 
@@ -158,9 +158,10 @@ def _draw(report: dict[str, Any], spec: FigureSpec, only: list[float] | None) ->
                     y = _nan(point.get(metric))
                     x = point["budget"] * 100
                     ax.axvline(x, color=color, linewidth=0.8, linestyle=(0, (2, 2)), alpha=0.8)
-                    if not math.isnan(y):
-                        ax.plot([x], [y], marker="o", markersize=7, color=color, markeredgecolor="black",
-                                markeredgewidth=0.8, linestyle="none", zorder=5)
+                    if not math.isnan(y):  # later series smaller and on top: coinciding marks stay visible
+                        rank = labels.index(lab)
+                        ax.plot([x], [y], marker="o", markersize=max(4.0, 8.5 - 1.5 * (rank % 4)), color=color,
+                                markeredgecolor="black", markeredgewidth=0.8, linestyle="none", zorder=5 + rank)
         ax.set_xlim(0, 100)
         ax.set_ylim(0, min(1.02, top) if top <= 1.0 else top)
         ax.set_title(f"δ = {delta:g} pp")
