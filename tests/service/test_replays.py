@@ -204,21 +204,22 @@ def test_engine_failure_marks_the_replay_failed(client: TestClient, monkeypatch)
 
 
 def test_progress_is_reported_while_running(backend: dict) -> None:
-    """A running replay reports partial progress from its chunks' heartbeats."""
+    """A running replay reports partial progress (from stored chunks and the heartbeats of
+    running ones)."""
     import time
 
     from service.main import create_app
     from tests.service.conftest import make_settings
 
-    app = create_app(make_settings(**backend, chunk_pairs=100, heartbeat_seconds=0.1))
+    app = create_app(make_settings(**backend, chunk_pairs=3, heartbeat_seconds=0.1))
     with TestClient(app) as c:
         ds = upload(c, synth_csv(seed=15, n_systems=4, n_tasks=200))
-        spec = {**SMALL_SPEC, "orders": 2000, "bootstrap": [500], "budgets": "0.05:0.95:0.05"}
+        spec = {**SMALL_SPEC, "orders": 800, "bootstrap": [400], "budgets": "0.05:0.95:0.05"}
         rid = _submit(c, ds["id"], **spec)["id"]
         seen = set()
         while (state := c.get(f"/v1/replays/{rid}").json())["status"] in ("queued", "running"):
             seen.add(state["progress"])
-            time.sleep(0.05)
+            time.sleep(0.02)
         assert state["status"] == "succeeded" and state["progress"] == 1.0
         assert any(0 < p < 1 for p in seen), seen
 
