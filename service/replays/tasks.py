@@ -26,7 +26,7 @@ from service.engine.spec import SpecError
 from service.jobs import TaskContext, enqueue, is_transient, task
 from service.replays import repository
 from service.replays import service as replays
-from service.replays.models import CANCELLED, CHUNK_DONE, FAILED, FINISHED, QUEUED, RUNNING, SUCCEEDED
+from service.replays.models import CHUNK_DONE, FAILED, FINISHED, QUEUED, RUNNING, SUCCEEDED
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def run_chunk(ctx: TaskContext, replay_id: str, index: int) -> None:
 
     rid = uuid.UUID(replay_id)
     with transaction(ctx.sessionmaker) as session:
-        replay = repository.get(session, rid)
+        replay = repository.get(session, rid, lock=True)  # a concurrent cancel must not be overwritten
         if replay is None or replay.status in FINISHED:
             return
         chunk = repository.get_chunk(session, rid, index)
@@ -222,4 +222,4 @@ def resume_all(ctx: TaskContext) -> int:
     return len(unfinished)
 
 
-__all__ = ["run", "run_chunk", "sweep", "finalize", "resume_all", "CANCELLED"]
+__all__ = ["run", "run_chunk", "sweep", "finalize", "resume_all"]
