@@ -135,3 +135,19 @@ def test_malformed_multipart_is_400_not_500(client: TestClient) -> None:
     assert 400 <= r.status_code < 500 and "error" in r.json()
     r = client.post("/v1/datasets", content=b"abc", headers={"content-type": "multipart/form-data"})
     assert 400 <= r.status_code < 500 and "error" in r.json()
+
+
+def test_concurrent_identical_uploads_store_one_dataset(client: TestClient) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    content = synth_csv(seed=30, n_systems=6, n_tasks=150)
+
+    def post(_: int) -> tuple[int, str]:
+        r = client.post("/v1/datasets", files={"file": ("c.csv", content, "text/csv")})
+        return r.status_code, r.json()["id"]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(post, range(4)))
+    assert len({rid for _, rid in results}) == 1
+    assert sorted(code for code, _ in results).count(201) == 1
+    assert _count(client) == 1
