@@ -96,8 +96,24 @@ def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None)
     return universe
 
 
+_INLINE: OrderedDict[tuple[tuple[str, ...], tuple[str | None, ...] | None], Universe] = OrderedDict()
+
+
 def inline_universe(task_ids: list[str], groups: list[str | None] | None) -> Universe:
-    return make_universe(task_ids, groups, field="universe")
+    """A universe given in the request (a harness sends the same one every time: the last
+    few are kept, keyed by their content)."""
+    key = (tuple(task_ids), None if groups is None else tuple(groups))
+    with _UNIVERSES_LOCK:
+        hit = _INLINE.get(key)
+        if hit is not None:
+            _INLINE.move_to_end(key)
+            return hit
+    universe = make_universe(task_ids, groups, field="universe")
+    with _UNIVERSES_LOCK:
+        _INLINE[key] = universe
+        while len(_INLINE) > 32:
+            _INLINE.popitem(last=False)
+    return universe
 
 
 def observed_of(body: DecisionCreate, universe: Universe) -> Observed:
@@ -114,6 +130,12 @@ def observed_of(body: DecisionCreate, universe: Universe) -> Observed:
             if name not in systems:
                 raise LiveError(f"outcomes.{name}", f"'{name}' is neither system A ('{systems[0]}') nor B "
                                                     f"('{systems[1]}')")
+            if list not in set(map(type, per_task.values())):  # one outcome per task
+                sys_col += [name] * len(per_task)
+                task_col += per_task.keys()
+                trial_col += [0] * len(per_task)
+                out_col += per_task.values()
+                continue
             for task, value in per_task.items():
                 if isinstance(value, list):
                     for trial, v in enumerate(value):

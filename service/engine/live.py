@@ -33,6 +33,8 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 
@@ -79,18 +81,29 @@ class Universe:
     def n(self) -> int:
         return len(self.task_ids)
 
-    @property
-    def n_g(self) -> np.ndarray:
-        return np.bincount(self.labels, minlength=len(self.group_names))
-
-    def digest(self) -> bytes:
-        """A stable hash of the ids and their groups (seeds the tie-breaking of ``next``)."""
+    @cached_property
+    def _digest(self) -> bytes:
         h = hashlib.sha256()
         h.update("\x1f".join(self.task_ids).encode())
         h.update(b"\x1e")
         h.update("\x1f".join(self.group_names).encode())
         h.update(self.labels.astype(np.int64).tobytes())
         return h.digest()
+
+    def digest(self) -> bytes:
+        """A stable hash of the ids and their groups (seeds the tie-breaking of ``next``)."""
+        return self._digest
+
+    @cached_property
+    def n_g(self) -> np.ndarray:
+        return np.bincount(self.labels, minlength=len(self.group_names))
+
+    def priority(self, seed: int = 0) -> np.ndarray:
+        """``default_priority`` for this universe, kept (a harness asks again and again)."""
+        cache = self.__dict__.setdefault("_priority", {})
+        if seed not in cache:
+            cache[seed] = default_priority(self, seed)
+        return cache[seed]
 
 
 def make_universe(task_ids: Sequence[str], groups: Sequence[str | None] | None = None,
@@ -166,13 +179,13 @@ def aggregate_columns(universe: Universe, system: Sequence[str], task: Sequence[
     sys_a, sys_b = systems
     n = universe.n
     role_map = {sys_a: 0, sys_b: 1}
-    role = np.fromiter((role_map.get(s, -1) for s in system), dtype=np.int64, count=len(system))
+    role = np.fromiter(map(role_map.get, system, repeat(-1)), dtype=np.int64, count=len(system))
     bad = np.flatnonzero(role < 0)
     if len(bad):
         i = int(bad[0])
         raise LiveError(f"{at(i)}.system", f"'{system[i]}' is neither system A ('{sys_a}') nor B ('{sys_b}')")
     index = universe.index
-    pos = np.fromiter((index.get(t, -1) for t in task), dtype=np.int64, count=len(task))
+    pos = np.fromiter(map(index.get, task, repeat(-1)), dtype=np.int64, count=len(task))
     bad = np.flatnonzero(pos < 0)
     if len(bad):
         i = int(bad[0])
@@ -305,7 +318,12 @@ def check_observed(spec: LiveSpec, observed: Observed, field: str = "observation
 
 def _lattice(observed: Observed) -> int | None:
     seq = observed.sequence
-    return R.find_lattice(np.concatenate([observed.y_a[seq], observed.y_b[seq]])) if len(seq) else 1
+    if not len(seq):
+        return 1
+    values = np.concatenate([observed.y_a[seq], observed.y_b[seq]])
+    if np.array_equal(values, np.round(values)):  # 0/1 outcomes: the common case, no search
+        return 1
+    return R.find_lattice(values)
 
 
 def _clean(x: float | None) -> float | None:
@@ -506,7 +524,7 @@ def next_tasks(universe: Universe, observed: Observed, spec: LiveSpec, priority:
         alloc[g] += 1
         slots -= 1
     if priority is None:
-        priority = default_priority(universe, spec.seed)
+        priority = universe.priority(spec.seed)
     half = (observed.trials_a > 0) | (observed.trials_b > 0)
     # candidates: unobserved, half-done first, then by priority
     cand = np.flatnonzero(~observed_mask)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from service.decisions.schemas import DecisionRead
 from service.engine.live import live_from_arrays
 from service.engine.records import parse_records
 from tests.service.conftest import synth_csv, upload, wait_for
@@ -35,6 +36,7 @@ def test_decision_is_the_engine_answer_and_deterministic(client: TestClient, rul
     assert first.status_code == 200, first.text
     expected = live_from_arrays(IDS, GROUPS, ya, yb, seq, rule=rule)
     got = first.json()
+    assert DecisionRead.model_validate(got).model_dump(mode="json") == got  # the documented shape, exactly
     assert got.pop("calibration") is None
     assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
     assert client.post("/v1/decisions", json=body).content == first.content  # byte for byte
@@ -113,7 +115,9 @@ def test_dataset_universe_and_calibration_from_a_finished_replay(client: TestCli
     conf = next(c for c in report["configurations"] if c["delta"] == 0)
     at_half = next(x for x in conf["budgets"] if x["budget"] == 0.5)  # k/N = 20/40
 
-    cal = client.post("/v1/decisions", json=body).json()["calibration"]
+    calibrated = client.post("/v1/decisions", json=body).json()
+    assert DecisionRead.model_validate(calibrated).model_dump(mode="json") == calibrated
+    cal = calibrated["calibration"]
     assert cal["replay_id"] == replay["id"] and cal["policy"] == "coverage_bootstrap" and cal["budget"] == 0.5
     assert cal["bootstrap"] == "50" and cal["group"] == "group"
     for m in ("false_accept_rate", "false_reject_rate", "defer_rate"):

@@ -1,0 +1,173 @@
+"""Load test of ``POST /v1/decisions`` against a trivial endpoint of the same app.
+
+    .venv/bin/python benchmarks/decisions_load.py [--requests 10000] [--concurrency 32] [--clients 2]
+
+Starts uvicorn with 2 workers on 127.0.0.1 (embedded SQLite in a temporary directory,
+migrated once before the workers start), then sends ``--requests`` requests over
+``--concurrency`` keep-alive connections (split over ``--clients`` load processes, httpx
+async) to ``GET /healthz`` and then to ``POST /v1/decisions`` with a 500-task universe in 12
+groups, about half of it observed for A and B (stratified, coverage met; bootstrap, exact).
+Reports throughput, the ratio decisions / healthz, p50 / p99 latency and errors for both,
+measured in the same run. Every loop is bounded; the server is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.service import procs  # noqa: E402
+
+
+def decision_body(n_tasks: int = 500, n_groups: int = 12, observed: float = 0.5, seed: int = 0) -> dict:
+    from service.engine.live import make_universe, recommended_order
+
+    rng = np.random.default_rng(seed)
+    ids = [f"task-{i:04d}" for i in range(n_tasks)]
+    sizes = rng.dirichlet(np.ones(n_groups) * 2) * (n_tasks - n_groups)
+    groups = [f"repo-{g:02d}" for g in range(n_groups)]
+    labels = list(range(n_groups)) + rng.choice(n_groups, n_tasks - n_groups, p=sizes / sizes.sum()).tolist()
+    group_of = [groups[g] for g in labels]
+    order = recommended_order(make_universe(ids, group_of), "proportional", seed)[: int(observed * n_tasks)]
+    a = {t: float(rng.random() < 0.62) for t in order}
+    b = {t: float(rng.random() < 0.55) for t in order}
+    return {"system_a": "A", "system_b": "B", "universe": {"task_ids": ids, "groups": group_of},
+            "outcomes": {"A": a, "B": b}, "delta": 0, "rule": "bootstrap", "floor": "proportional"}
+
+
+async def _load(host: str, port: int, method: str, path: str, body: bytes | None, n: int,
+                conc: int) -> tuple[list[float], int]:
+    """``n`` requests over ``conc`` keep-alive connections. HTTP/1.1 is spoken directly on
+    asyncio streams: the load generator shares the 2 cores with the server, so it should
+    spend as little CPU per request as possible (httpx costs several times more)."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    request = (head + "\r\n").encode() + (body or b"")
+    latencies: list[float] = []
+    errors = 0
+    left = n
+
+    async def worker() -> None:
+        nonlocal left, errors
+        reader = writer = None
+        while left > 0:
+            left -= 1
+            t0 = time.perf_counter()
+            ok = False
+            try:
+                if writer is None:
+                    reader, writer = await asyncio.open_connection(host, port)
+                writer.write(request)
+                header = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in header.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                await reader.readexactly(length)
+                ok = header[9:12] == b"200"
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                if writer is not None:
+                    writer.close()
+                reader = writer = None
+            latencies.append(time.perf_counter() - t0)
+            errors += not ok
+        if writer is not None:
+            writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(conc)))
+    return latencies, errors
+
+
+def _client_proc(args: tuple) -> tuple[list[float], int]:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(_load(*args))
+
+
+def run_phase(pool: mp.pool.Pool, port: int, method: str, path: str, body: bytes | None, n: int, conc: int,
+              clients: int) -> dict:
+    per = [n // clients + (i < n % clients) for i in range(clients)]
+    conc_per = [conc // clients + (i < conc % clients) for i in range(clients)]
+    t0 = time.perf_counter()
+    results = pool.map(_client_proc, [("127.0.0.1", port, method, path, body, per[i], conc_per[i])
+                                            for i in range(clients)])
+    wall = time.perf_counter() - t0
+    lat = np.array([x for r in results for x in r[0]]) * 1000
+    errors = sum(r[1] for r in results)
+    return {"requests": int(len(lat)), "errors": int(errors), "seconds": round(wall, 2),
+            "throughput_rps": round(len(lat) / wall, 1), "p50_ms": round(float(np.percentile(lat, 50)), 2),
+            "p99_ms": round(float(np.percentile(lat, 99)), 2), "max_ms": round(float(lat.max()), 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--clients", type=int, default=2, help="load-generating processes")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
+    args = parser.parse_args(argv)
+
+    body = json.dumps(decision_body()).encode()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        env = procs.env_for(data_dir=tmp / "data", migrate_on_start="false")
+        subprocess.run([sys.executable, "-c", procs.BOOT, "migrate"], cwd=REPO, env=env, check=True,
+                       capture_output=True, timeout=120)
+        port = procs.free_port()
+        base = f"http://127.0.0.1:{port}"
+        log = tmp / "uvicorn.log"
+        with open(log, "ab") as fh:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host", "127.0.0.1",
+                 "--port", str(port), "--workers", str(args.workers), "--log-level", "warning", "--no-access-log"],
+                cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        try:
+            procs.wait_http(f"{base}/healthz", timeout=60, proc=server)
+            first = httpx.post(f"{base}/v1/decisions", content=body, headers={"content-type": "application/json"},
+                               timeout=30)
+            first.raise_for_status()
+            answer = first.json()
+            ctx = mp.get_context("spawn")
+            with ctx.Pool(args.clients) as pool:
+                warm = min(1000, args.requests // 5)
+                run_phase(pool, port, "GET", "/healthz", None, warm, args.concurrency, args.clients)
+                run_phase(pool, port, "POST", "/v1/decisions", body, warm, args.concurrency, args.clients)
+                health = run_phase(pool, port, "GET", "/healthz", None, args.requests, args.concurrency, args.clients)
+                decide = run_phase(pool, port, "POST", "/v1/decisions", body, args.requests, args.concurrency,
+                                   args.clients)
+        finally:
+            procs.stop(server)
+    print(f"uvicorn --workers {args.workers} on 127.0.0.1; {args.concurrency} connections over {args.clients} "
+          f"client process(es); {args.requests} requests per endpoint")
+    print(f"decision: N={answer['N']} groups={len(answer['coverage']['groups'])} k={answer['k']} "
+          f"rule={answer['rule']} -> {answer['decision']} ({answer['reason']}); body {len(body)} bytes, "
+          f"response {len(first.content)} bytes")
+    print(f"{'endpoint':18} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}")
+    for name, r in (("GET /healthz", health), ("POST /v1/decisions", decide)):
+        print(f"{name:18} {r['throughput_rps']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['max_ms']:>8} {r['errors']:>7}")
+    ratio = decide["throughput_rps"] / health["throughput_rps"]
+    print(f"throughput ratio decisions / healthz: {ratio:.2f}")
+    print(json.dumps({"healthz": health, "decisions": decide, "ratio": round(ratio, 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
