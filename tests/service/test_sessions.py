@@ -172,3 +172,25 @@ def test_anytime_monitoring_simulation_through_sessions(client: TestClient) -> N
             assert st["current"]["statistic"]["stopped_at"] == engine["statistic"]["stopped_at"]
             false_accepts += st["current"]["decision"] == "accept"
     assert false_accepts <= 1
+
+
+def test_session_on_a_dataset_takes_its_tasks_and_groups(client: TestClient) -> None:
+    from service.engine.records import parse_records
+    from tests.service.conftest import synth_csv, upload
+
+    content = synth_csv(seed=2)
+    ds = upload(client, content)
+    records = parse_records(content)
+    a, b = records.systems[:2]
+    s = _create(client, universe=None, dataset_id=ds["id"], group="group", system_a=a, system_b=b,
+                policy="coverage_bootstrap")
+    assert sorted(s["order"]) == sorted(records.tasks) and s["rule"] == "bootstrap" and s["group"] == "group"
+    groups = {g["group"] for g in s["current"]["coverage"]["groups"]}
+    assert groups == set(records.metadata["group"])
+    t = s["order"][0]
+    i = records.tasks.index(t)
+    st = _post(client, s["id"], [{"task_id": t, "system": a, "outcome": float(records.y[0, i])},
+                                 {"task_id": t, "system": b, "outcome": float(records.y[1, i])}])
+    assert st["k"] == 1 and st["current"]["calibration"] is None  # no replay of this dataset yet
+    r = client.post("/v1/sessions", json={"dataset_id": ds["id"], "group": "nope"})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "group"
