@@ -43,6 +43,9 @@ Progress = Callable[[int], None]
 BLOCK_ELEMENTS = 6_000_000
 """Upper bound on pairs × orders × steps held at once (memory stays well under 1 GB)."""
 
+PAIR_BLOCK_CASES = 2_000_000
+"""Cases (pairs × orders × budgets) decided together for a shared order."""
+
 _STREAM = {"uniform": 1, "stratified": 2, "cost_ascending": 3, "neyman": 4, "bootstrap": 5}
 
 
@@ -440,6 +443,8 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
                 order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, int(a))
                 _replay_order(plan, ts_id, members[sub], values[sub], order, _matrix_summer(order, ts.ks), live, s,
                               out)
+            if progress:
+                progress(len(members) * reps * n_j * len(cfgs))
         elif kind == "neyman":
             cfg = plan.configs[cfgs[0]]
             within, gstart = plan._neyman_draws(ts_id, s, cfg.group)
@@ -449,12 +454,19 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
                 alloc = np.stack([plan.neyman_alloc(int(p), cfg) for p in sub])  # [P, J, G]
                 _replay_order(plan, ts_id, sub, values[i : i + block], None, _neyman_summer(within, gstart, alloc),
                               cfgs, s, out, neyman_counts=alloc)
+                if progress:
+                    progress(len(sub) * reps * n_j * len(cfgs))
         else:
             cfg = plan.configs[cfgs[0]]
             order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, -1)
-            _replay_order(plan, ts_id, members, values, order, _matrix_summer(order, ts.ks), cfgs, s, out)
-        if progress:
-            progress(len(members) * reps * n_j * len(cfgs))
+            summer = _matrix_summer(order, ts.ks)
+            # Blocks of pairs bound memory (cases × a few arrays) and pace progress / cancellation.
+            block = max(1, PAIR_BLOCK_CASES // (reps * n_j))
+            for i in range(0, len(members), block):
+                sub = members[i : i + block]
+                _replay_order(plan, ts_id, sub, values[i : i + block], order, summer, cfgs, s, out)
+                if progress:
+                    progress(len(sub) * reps * n_j * len(cfgs))
 
 
 def _coverage_met(plan: Plan, ts_id: int, cfg: Config, summer: Summer, reps: int,

@@ -157,9 +157,26 @@ def make_spec(**options: object) -> ReplaySpec:
             vals[key] = (vals[key],)
         if key in vals:
             vals[key] = tuple(vals[key])  # type: ignore[arg-type]
+    # Numbers are normalised so that 0 and 0.0 give the same spec (and the same report bytes).
+    for key in ("deltas", "budgets", "a"):
+        if key in vals:
+            vals[key] = tuple(_as_float(key, x) for x in vals[key])  # type: ignore[union-attr]
+    for key in ("alpha", "gamma", "eta", "min_task_coverage"):
+        if key in vals:
+            vals[key] = _as_float(key, vals[key])
+    if "bootstrap" in vals:
+        vals["bootstrap"] = tuple(x if x == "exact" or isinstance(x, bool) or not isinstance(x, float) or x != int(x)
+                                  else int(x) for x in vals["bootstrap"])  # type: ignore[union-attr]
     spec = replace(spec, **vals)  # type: ignore[arg-type]
     validate_spec(spec)
     return spec
+
+
+def _as_float(name: str, x: object) -> object:
+    """``float(x)`` for real numbers; anything else is left for ``validate_spec`` to name."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return x
+    return float(x)
 
 
 def _finite(name: str, x: object) -> float:
