@@ -363,18 +363,23 @@ def test_anytime_engine_matches_reference_paths():
 # --------------------------------------------------------------------------- live decide() vs reference
 
 
-@pytest.mark.parametrize("lattice", [1, 5, 6])
+@pytest.mark.parametrize("lattice", [1, 5, 6, None])
 def test_decide_matches_reference_on_random_vectors(lattice):
     """``rules.decide`` (the live-decision entry point) against the reference, rule by rule,
-    on random observed vectors; cases within 1e-9 of a decision boundary are skipped."""
-    rng = np.random.default_rng(100 + lattice)
+    on random observed vectors (``None``: 4-decimal differences, off any small lattice; the
+    exact bootstrap is not checked there); cases within 1e-9 of a decision boundary are skipped."""
+    rng = np.random.default_rng(100 + (lattice or 0))
     checked = 0
     for _ in range(150):
         k = int(rng.integers(1, 60))
         n = k + int(rng.integers(0, 200))
-        shift = int(rng.integers(-lattice, lattice + 1))
-        v = np.clip(rng.integers(-lattice, lattice + 1, size=k) + shift * (rng.random(k) < 0.4), -lattice, lattice)
-        d = v / lattice
+        if lattice is None:
+            v = np.round(np.clip(rng.normal(rng.uniform(-0.3, 0.3), 0.5, size=k), -1, 1), 4)
+            d = v
+        else:
+            shift = int(rng.integers(-lattice, lattice + 1))
+            v = np.clip(rng.integers(-lattice, lattice + 1, size=k) + shift * (rng.random(k) < 0.4), -lattice, lattice)
+            d = v / lattice
         delta = int(rng.choice([0, 5, 10, -5, 20]))
         a = float(rng.choice([0.05, 0.1, 0.2]))
         theta = delta / 100
@@ -384,9 +389,10 @@ def test_decide_matches_reference_on_random_vectors(lattice):
         pn, p = ref.paired_normal(dl, cmp, a)
         if p is None or abs(p - a) > 1e-9:
             want["paired_normal"] = pn
-        bd, pb = ref.bootstrap_exact(dl, cmp, a)
-        if abs(pb - a) > 1e-9:
-            want["bootstrap"] = bd
+        if lattice is not None:
+            bd, pb = ref.bootstrap_exact(dl, cmp, a)
+            if abs(pb - a) > 1e-9:
+                want["bootstrap"] = bd
         if lattice == 1 and delta == 0:
             want["mcnemar"] = ref.mcnemar(dl, a)
         path = ref.anytime_path(dl, cmp, a, n)
@@ -395,4 +401,4 @@ def test_decide_matches_reference_on_random_vectors(lattice):
             got = R.decide(rule, d, theta, a, "exact", n=n).decision
             assert got == CODE[w], (rule, list(v), lattice, delta, a, n)
             checked += 1
-    assert checked > 700
+    assert checked > 550
