@@ -9,7 +9,7 @@ import sys
 
 from service import __version__
 
-SUBCOMMANDS = ("replay", "synth", "leaderboard", "stats", "serve", "worker", "migrate", "demo")
+SUBCOMMANDS = ("replay", "synth", "leaderboard", "stats", "serve", "worker", "migrate", "demo", "keys")
 
 
 def build_parser() -> argparse.ArgumentParser:

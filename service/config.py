@@ -46,6 +46,22 @@ class Settings(BaseSettings):
     sweep_seconds: float = Field(default=30.0, gt=0, description="How often a worker looks for stale chunks.")
     task_max_retries: int = Field(default=3, ge=0)
 
+    auth: Literal["off", "required"] = Field(
+        default="off", description="`required`: every route but the probes and docs needs an API key."
+    )
+    auth_cache_seconds: float = Field(
+        default=5.0, ge=0, description="How long a verified key is trusted before the database is asked again."
+    )
+    cors_origins: str = Field(default="", description="Comma-separated origins allowed by CORS; empty = closed.")
+    rate_limit_per_second: float = Field(default=100.0, ge=0, description="Per key and process; 0 = no limit.")
+    rate_limit_burst: int = Field(default=200, ge=1)
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1, description="Body cap of non-upload requests.")
+    max_upload_rows: int = Field(default=2_000_000, ge=1)
+    max_systems_x_tasks: int = Field(default=1_000_000, ge=1)
+    max_replay_cases: int = Field(
+        default=1_000_000_000, ge=1, description="Ceiling of pairs x orders x budgets x configurations x seeds."
+    )
+
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
@@ -62,6 +78,10 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'sufficiency.db').resolve()}"
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     @property
     def is_sqlite(self) -> bool:

@@ -7,13 +7,17 @@ translates them once into a ``ServiceError`` so every response body has the same
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
 
 
 class ErrorBody(BaseModel):
@@ -88,6 +92,14 @@ def install_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return JSONResponse({"error": "invalid_input", "detail": detail}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def _database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
+        # the database is down, restarting or busy: a retryable 503, not a 500 (the pool's
+        # pre-ping replaces dead connections once it is back, with no restart of the service)
+        log.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig is not None else exc)
+        body = {"error": "unavailable", "detail": "the database is unavailable; retry shortly"}
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

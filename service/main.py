@@ -19,6 +19,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from service import __version__
+from service.auth.middleware import install_trust
+from service.auth.ownership import bind_owner_scope
 from service.config import Settings
 from service.db import make_engine, make_sessionmaker, run_migrations
 from service.errors import ErrorBody, install_handlers
@@ -34,6 +36,7 @@ ROUTERS = (
     "service.reports.pages",
     "service.decisions.router",
     "service.sessions.router",
+    "service.auth.router",
 )
 """Modules exposing ``router``; a domain adds itself here (missing modules are skipped)."""
 
@@ -56,6 +59,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         busy_timeout_ms=settings.sqlite_busy_timeout_ms,
     )
     factory = make_sessionmaker(engine)
+    bind_owner_scope(factory)
     ctx = TaskContext(settings=settings, sessionmaker=factory)
     runner = build_runner(settings, ctx)
     bind_runner(factory, runner)
@@ -83,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_handlers(app)
+    install_trust(app, settings)
     for name in ROUTERS:
         try:
             module = importlib.import_module(name)

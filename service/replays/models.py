@@ -48,6 +48,8 @@ class Replay(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     """When ``replays.run`` was last sent; a queued replay sent long ago is sent again."""
+    owner: Mapped[str | None] = mapped_column(String(200), default=None, index=True)
+    """The owner of the API key that submitted it (null while auth is off); see service.auth."""
     report_etag: Mapped[str | None] = mapped_column(String(80), default=None)
     report_json: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, default=None))
     report_csv: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, default=None))

@@ -38,6 +38,8 @@ class LiveSession(Base):
     """``{"task_ids": [...], "groups": [...]}`` (a dataset's universe is copied at creation)."""
     task_order: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    owner: Mapped[str | None] = mapped_column(String(200), default=None, index=True)
+    """The owner of the API key that declared it (null while auth is off); see service.auth."""
 
 
 class LiveObservation(Base):

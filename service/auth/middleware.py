@@ -1,0 +1,261 @@
+"""One ASGI middleware in front of every route: authentication and scopes, the per-key
+rate limit, the request-body cap of non-upload routes, and ``nosniff`` on every response.
+
+It runs before FastAPI routes, reads or validates anything, so a request without a valid
+key costs no body parsing and a wrong key answers 401 whatever the body. The scope a
+request needs comes from :func:`service.auth.scopes.required_scope` (method and path).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.auth import keys
+from service.auth.keys import Principal
+from service.auth.ownership import current_principal
+from service.auth.scopes import SAFE_METHODS, required_scope
+from service.config import Settings
+
+log = logging.getLogger(__name__)
+
+UPLOAD_ROUTES = frozenset({("POST", "/v1/datasets"), ("POST", "/datasets")})
+"""Capped by ``max_upload_bytes`` in the datasets router instead of ``max_request_bytes``."""
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class TokenBuckets:
+    """Per-key token buckets (in this process only): ``rate`` tokens a second up to ``burst``."""
+
+    def __init__(self, rate: float, burst: int):
+        self.rate, self.burst = rate, max(burst, 1)
+        self._state: dict[Any, tuple[float, float]] = {}
+
+    def take(self, key: Any, now: float | None = None) -> float:
+        """Spend one token: 0 when allowed, else the seconds until one is available."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        tokens, last = self._state.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+        if tokens >= 1.0:
+            self._state[key] = (tokens - 1.0, now)
+            return 0.0
+        self._state[key] = (tokens, now)
+        return (1.0 - tokens) / self.rate
+
+
+class TrustMiddleware:
+    def __init__(self, app: ASGIApp, *, fastapi_app: FastAPI, settings: Settings):
+        self.app = app
+        self.fastapi_app = fastapi_app
+        self.settings = settings
+        self.required = settings.auth == "required"
+        self.buckets = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
+        self._verified: dict[str, tuple[float, Principal | None]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            self._announce()
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = _nosniff(send)
+        method, path = scope["method"], scope["path"]
+        principal: Principal | None = None
+        if self.required:
+            needed = required_scope(method, path)
+            if needed is not None:
+                outcome = await self._authorize(scope, method, needed)
+                if not isinstance(outcome, Principal):
+                    await outcome(send)
+                    return
+                principal = outcome
+                wait = self.buckets.take(principal.key_id)
+                if wait > 0:
+                    retry = max(1, math.ceil(wait))
+                    await _error(429, "rate_limited", f"more than {self.settings.rate_limit_per_second:g} requests a "
+                                 f"second for this key; retry in {retry} s", {"retry-after": str(retry)})(send)
+                    return
+        if method in BODY_METHODS and (method, path) not in UPLOAD_ROUTES:
+            capped = await _cap_body(scope, receive, self.settings.max_request_bytes)
+            if capped is None:
+                limit = self.settings.max_request_bytes
+                await _error(413, "payload_too_large", f"the request body exceeds the limit of {limit} bytes")(send)
+                return
+            receive = capped
+        reset = current_principal.set(principal)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            current_principal.reset(reset)
+
+    # ------------------------------------------------------------------ pieces
+
+    def _announce(self) -> None:
+        if self.required:
+            log.info("authentication is required (SUFFICIENCY_AUTH=required); create keys with `sufficiency keys`")
+        else:
+            log.warning("authentication is OFF (SUFFICIENCY_AUTH=off): anyone who can reach this service can use "
+                        "it; serve on loopback only, or set SUFFICIENCY_AUTH=required")
+
+    async def _authorize(self, scope: Scope, method: str, needed: str) -> Principal | _Responder:
+        headers = _headers(scope)
+        browser = not scope["path"].startswith("/v1/")
+        token, via = _credentials(headers)
+        if token is None:
+            return _unauthorized("an API key is required (Authorization: Bearer <key>)", browser, "")
+        try:
+            principal = await self._verify(token)
+        except Exception as exc:  # the key store is the database: say it is unavailable, not 500
+            log.warning("could not verify a key: %s", type(exc).__name__)
+            return _error(503, "unavailable", "the key store (database) is unavailable", {"retry-after": "5"})
+        if principal is None:
+            return _unauthorized("the API key is invalid or revoked", browser, ' error="invalid_token"')
+        if needed not in principal.scopes:
+            return _error(403, "forbidden", f"this key lacks the '{needed}' scope")
+        if via == "basic" and method not in SAFE_METHODS and not _same_origin(headers):
+            # browsers resend Basic credentials on cross-site form posts: refuse those
+            return _error(403, "forbidden", "cross-origin request refused")
+        return principal
+
+    async def _verify(self, token: str) -> Principal | None:
+        digest = keys.hash_token(token)
+        now = time.monotonic()
+        hit = self._verified.get(digest)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        principal = await anyio.to_thread.run_sync(self._lookup, token)
+        if len(self._verified) > 10_000:
+            self._verified.clear()
+        ttl = self.settings.auth_cache_seconds
+        if ttl > 0:
+            self._verified[digest] = (now + ttl, principal)
+        return principal
+
+    def _lookup(self, token: str) -> Principal | None:
+        factory = self.fastapi_app.state.sessionmaker
+        with factory() as session:
+            return keys.verify(session, token)
+
+
+# ---------------------------------------------------------------------- helpers
+
+_Responder = Any  # async (send) -> None
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _credentials(headers: dict[str, str]) -> tuple[str | None, str]:
+    """``(token, how)`` from ``Authorization: Bearer``, ``Authorization: Basic`` (any user,
+    the key as password: what a browser sends for the pages) or ``X-API-Key``."""
+    auth = headers.get("authorization", "").strip()
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip(), "bearer"
+    if scheme.lower() == "basic" and value.strip():
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return "", "basic"
+        return decoded.partition(":")[2], "basic"
+    if headers.get("x-api-key", "").strip():
+        return headers["x-api-key"].strip(), "header"
+    return None, ""
+
+
+def _same_origin(headers: dict[str, str]) -> bool:
+    origin = headers.get("origin") or headers.get("referer")
+    if origin is None:
+        return headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+    return origin != "null" and urlsplit(origin).netloc == headers.get("host", "")
+
+
+def _error(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> _Responder:
+    body = json.dumps({"error": code, "detail": detail}).encode()
+
+    async def respond(send: Send) -> None:
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
+
+    return respond
+
+
+def _unauthorized(detail: str, browser: bool, error: str) -> _Responder:
+    challenge = 'Basic realm="sufficiency", charset="UTF-8"' if browser else f'Bearer realm="sufficiency"{error}'
+    return _error(401, "unauthorized", detail, {"www-authenticate": challenge})
+
+
+def _nosniff(send: Send) -> Send:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            if not any(k.lower() == b"x-content-type-options" for k, _ in headers):
+                headers.append((b"x-content-type-options", b"nosniff"))
+                message = {**message, "headers": headers}
+        await send(message)
+
+    return wrapped
+
+
+async def _cap_body(scope: Scope, receive: Receive, limit: int) -> Receive | None:
+    """A ``receive`` that yields the body when it is within ``limit`` bytes, else ``None``.
+    A declared length is checked up front; a chunked body is read (up to the limit) first."""
+    declared = _headers(scope).get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            return receive  # the server refuses a malformed length itself
+        return receive if int(declared) <= limit else None
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if size > limit:
+            return None
+        if not message.get("more_body", False):
+            break
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
+
+
+def install_trust(app: FastAPI, settings: Settings) -> None:
+    """Add the trust middleware and, only when origins are configured, CORS (closed by default)."""
+    app.add_middleware(TrustMiddleware, fastapi_app=app, settings=settings)
+    origins = settings.cors_origin_list
+    if origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["authorization", "content-type", "x-api-key", "if-none-match"],
+            expose_headers=["etag", "location", "retry-after"],
+            max_age=600,
+        )
+
+
+__all__ = ["TrustMiddleware", "TokenBuckets", "install_trust"]
