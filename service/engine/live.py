@@ -365,6 +365,8 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
         h = hashlib.sha256(rng_key + np.ascontiguousarray(d).tobytes()).digest()
         words = np.frombuffer(h[:16], np.uint32).tolist()
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, *words])))
+    if spec.rule == "bootstrap" and k and lattice is not None and 2 * lattice * k <= R.MAX_FFT:
+        return _bootstrap_on_lattice(spec, d, lattice, rng)
     try:
         res = R.decide(spec.rule, d, spec.theta, spec.a, spec.bootstrap, n=n, rng=rng)
     except ValueError as exc:  # the rule cannot run on these outcomes
@@ -375,6 +377,24 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
         stat["lower"] = _clean(res.mean - eps)
         stat["upper"] = _clean(res.mean + eps)
     return res.decision, stat
+
+
+def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
+                          rng: np.random.Generator | None) -> tuple[int, dict[str, object]]:
+    """The bootstrap rule through the kernels the replay calls (``above``,
+    ``bootstrap_threshold``, ``tail_lattice``, ``bootstrap_from_tail``) with the lattice
+    known here, as ``rules.decide`` composes them: ``decide`` would search the lattice again,
+    which costs more than the whole exact tail for a few hundred 0/1 outcomes."""
+    k = len(d)
+    v = np.round(d * lattice).astype(np.int64)
+    kk = np.array(k)
+    pos = R.above(np.array(v.sum()), kk, spec.theta, lattice)
+    vals, counts = np.unique(v, return_counts=True)
+    c = R.bootstrap_threshold(spec.theta, kk, lattice)
+    p_low = float(R.tail_lattice(counts[None, :], vals, np.atleast_1d(c))[0])
+    u = None if spec.bootstrap == "exact" else rng.random()  # type: ignore[union-attr]
+    dec = int(R.bootstrap_from_tail(np.array(p_low), np.array(pos), spec.a, spec.bootstrap, u))
+    return dec, {"p_low": _clean(p_low), "p_high": _clean(1.0 - p_low)}
 
 
 def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,

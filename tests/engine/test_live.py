@@ -280,3 +280,20 @@ def test_anytime_survives_monitoring_and_fixed_sample_bootstrap_does_not() -> No
                 break
     assert false_anytime / paths <= a
     assert false_boot / paths > 2 * a
+
+
+@pytest.mark.parametrize("resamples", ["exact", 200])
+def test_bootstrap_verdict_equals_rules_decide(resamples: int | str) -> None:
+    """Live composes the bootstrap kernels itself (the lattice is known); ``rules.decide``
+    reaches the same verdict and tail on the same vector with the same generator."""
+    from service.engine.live import _bootstrap_on_lattice
+
+    rng = np.random.default_rng(9)
+    for i in range(40):
+        k = int(rng.integers(1, 120))
+        lat = (1, 2, 3, 4)[i % 4]
+        d = (rng.integers(0, lat + 1, k) - rng.integers(0, lat + 1, k)) / lat
+        spec = make_live_spec(rule="bootstrap", delta=float(rng.choice([0, 5, -5])), bootstrap=resamples)
+        got, stat = _bootstrap_on_lattice(spec, d, lat, np.random.default_rng([i, 1]))
+        ref = R.decide("bootstrap", d, spec.theta, spec.a, resamples, n=200, rng=np.random.default_rng([i, 1]))
+        assert got == ref.decision and stat["p_low"] == pytest.approx(ref.statistic["p_low"], abs=1e-11)
