@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 
 from service.datasets import repository, service
 from service.datasets.schemas import DatasetPage, DatasetRead, DatasetRowsCreate
-from service.deps import SessionDep
+from service.deps import SessionDep, SettingsDep
 from service.errors import BadRequest, NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType, responses
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -135,8 +135,11 @@ _UPLOAD_BODY = {
     },
     summary="Upload a dataset (validated per SPEC §1; stored once per content)",
 )
-def create_dataset(upload: Annotated[Upload, Depends(read_upload)], session: SessionDep, response: Response):
-    dataset, created = service.create(session, name=upload.name, content=upload.content, fmt=upload.fmt)
+def create_dataset(
+    upload: Annotated[Upload, Depends(read_upload)], session: SessionDep, settings: SettingsDep, response: Response
+):
+    dataset, created = service.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
+                                      max_rows=settings.max_upload_rows, max_cells=settings.max_systems_x_tasks)
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     return dataset

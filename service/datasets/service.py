@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from service.datasets import repository
 from service.datasets.models import Dataset
 from service.engine.records import Records, RecordsError, parse_records
-from service.errors import NotFound, Unprocessable
+from service.errors import NotFound, PayloadTooLarge, Unprocessable
 
 
 def records_error_detail(exc: RecordsError) -> list[dict[str, Any]]:
@@ -66,8 +66,12 @@ def summarize(records: Records) -> dict[str, Any]:
     }
 
 
-def create(session: Session, *, name: str, content: bytes, fmt: str | None) -> tuple[Dataset, bool]:
-    """Store a validated dataset; the same bytes again return the stored one (``created=False``)."""
+def create(
+    session: Session, *, name: str, content: bytes, fmt: str | None, max_rows: int | None = None,
+    max_cells: int | None = None,
+) -> tuple[Dataset, bool]:
+    """Store a validated dataset; the same bytes again return the stored one (``created=False``).
+    More than ``max_rows`` records or ``max_cells`` systems x tasks is refused (413)."""
     digest = hashlib.sha256(content).hexdigest()
     existing = repository.get_by_hash(session, digest)
     if existing is not None:
@@ -76,6 +80,12 @@ def create(session: Session, *, name: str, content: bytes, fmt: str | None) -> t
         records = parse_records(content, fmt=fmt)
     except RecordsError as exc:
         raise Unprocessable(records_error_detail(exc)) from None
+    n_rows, cells = int(records.raw_outcome.size), records.n_systems * records.n_tasks
+    if max_rows is not None and n_rows > max_rows:
+        raise PayloadTooLarge(f"the dataset has {n_rows:,} records; the limit is {max_rows:,}")
+    if max_cells is not None and cells > max_cells:
+        raise PayloadTooLarge(f"the dataset has {records.n_systems:,} systems x {records.n_tasks:,} tasks = "
+                              f"{cells:,}; the limit is {max_cells:,}")
     fmt = fmt or ("jsonl" if content.lstrip()[:1] == b"{" else "csv")
     dataset = Dataset(
         id=uuid.uuid4(),

@@ -80,6 +80,20 @@ def _remember_plan(replay_id: uuid.UUID, plan: Any) -> None:
             _PLANS.popitem(last=False)
 
 
+def check_cost(plan: Any, ceiling: int) -> None:
+    """Refuse (422) a replay whose case count is above ``ceiling``, saying how big it is."""
+    from service.engine.replay import total_cases
+
+    cases = total_cases(plan)
+    if cases > ceiling:
+        spec = plan.spec
+        raise Unprocessable([{"field": "body", "message": (
+            f"this replay would evaluate {cases:,} cases ({plan.n_pairs} pairs x {spec.orders} orders x "
+            f"{len(spec.budgets)} budgets x {len(plan.configs)} configurations x {spec.seeds} seed(s)); the limit "
+            f"is {ceiling:,}: use fewer orders, budgets, policies or thresholds"
+        )}])
+
+
 def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
     """Validate the spec against the dataset now (bad specs are a 422, not a failed job),
     store the replay and its chunks, and enqueue ``replays.run`` for after the commit."""
@@ -93,6 +107,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
         plan = plan_replay(datasets.load_records(session, body.dataset_id), spec)
     except SpecError as exc:
         raise Unprocessable(spec_error_detail(exc)) from None
+    check_cost(plan, settings.max_replay_cases)
     bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs)
     replay = Replay(
         id=uuid.uuid4(),

@@ -168,13 +168,15 @@ async def _form_upload(request: Request) -> Upload | ServiceError:
 
 @router.post("/datasets", response_class=HTMLResponse)
 def upload_dataset(
-    upload: Annotated[Upload | ServiceError, Depends(_form_upload)], session: SessionDep
+    upload: Annotated[Upload | ServiceError, Depends(_form_upload)], session: SessionDep, settings: SettingsDep
 ) -> Response:
     """The upload form: the same validation and storage as ``POST /v1/datasets``."""
     if isinstance(upload, ServiceError):
         return _index(session, status_code=upload.status_code, errors=_problems(upload.detail))
     try:
-        dataset, _created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt)
+        dataset, _created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
+                                            max_rows=settings.max_upload_rows,
+                                            max_cells=settings.max_systems_x_tasks)
     except ServiceError as exc:
         return _index(session, status_code=exc.status_code, errors=_problems(exc.detail))
     return RedirectResponse(f"/?dataset={dataset.id}#replay-form", status_code=303)

@@ -1,0 +1,87 @@
+"""Limits (issue 7) on SQLite and Postgres: upload bytes, records and systems x tasks (413,
+nothing stored), a replay's cost estimate (422 naming it), and the body cap of decisions and
+sessions (413, whether the length is declared or the body is chunked)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.engine.records import parse_records
+from service.engine.replay import plan_replay, total_cases
+from service.engine.spec import make_spec
+from service.main import create_app
+from tests.service.conftest import SMALL_SPEC, make_settings, synth_csv
+
+
+@pytest.fixture
+def tight(backend: dict[str, object]) -> Iterator[TestClient]:
+    settings = make_settings(**backend, max_upload_bytes=20_000, max_upload_rows=150, max_systems_x_tasks=120,
+                             max_request_bytes=2_000, max_replay_cases=1_000)
+    app = create_app(settings)
+    with TestClient(app) as c:
+        yield c
+        app.state.runner.wait_idle(timeout=60)
+
+
+def _upload(c: TestClient, content: bytes):  # noqa: ANN202
+    return c.post("/v1/datasets", files={"file": ("b.csv", content, "text/csv")})
+
+
+def test_upload_limits_store_nothing(tight: TestClient) -> None:
+    c = tight
+    big = synth_csv(n_systems=4, n_tasks=400)
+    assert len(big) > 20_000
+    r = _upload(c, big)
+    assert r.status_code == 413 and "20000 bytes" in r.json()["detail"]
+    r = _upload(c, synth_csv(n_systems=4, n_tasks=40))  # 160 records
+    assert r.status_code == 413 and "160 records" in r.json()["detail"] and "150" in r.json()["detail"]
+    r = _upload(c, synth_csv(n_systems=5, n_tasks=25))  # 125 records, 5 x 25 = 125 cells
+    assert r.status_code == 413 and "5 systems x 25 tasks = 125" in r.json()["detail"]
+    rows = [{"system": s, "task_id": f"t{t}", "outcome": 1} for s in ("a", "b", "c", "d") for t in range(40)]
+    r = c.post("/v1/datasets", json={"rows": rows})
+    assert r.status_code == 413
+    assert c.get("/v1/datasets").json()["total"] == 0
+    assert _upload(c, synth_csv(n_systems=4, n_tasks=30)).status_code == 201  # within every limit
+    assert c.get("/v1/datasets").json()["total"] == 1
+
+
+def test_replay_cost_ceiling_names_the_estimate(tight: TestClient) -> None:
+    c = tight
+    content = synth_csv(n_systems=4, n_tasks=30)
+    ds = _upload(c, content).json()
+    body = {**SMALL_SPEC, "dataset_id": ds["id"]}  # 12 pairs x 20 orders x 3 budgets x 4 configurations
+    options = {k: v for k, v in SMALL_SPEC.items()}
+    expected = total_cases(plan_replay(parse_records(content, fmt="csv"), make_spec(**options)))
+    assert expected == 12 * 20 * 3 * 4 > 1_000
+    r = c.post("/v1/replays", json=body)
+    assert r.status_code == 422
+    message = r.json()["detail"][0]["message"]
+    assert f"{expected:,} cases" in message and "12 pairs x 20 orders x 3 budgets x 4 configurations" in message
+    assert c.get("/v1/replays").json()["total"] == 0
+    r = c.post("/v1/replays", json={**body, "orders": 5, "deltas": [0]})  # 12 x 5 x 3 x 2 = 360
+    assert r.status_code == 202
+
+
+def test_decision_and_session_bodies_are_capped(tight: TestClient) -> None:
+    c = tight
+    obs = [{"task_id": f"task-{i:05d}", "system": "A", "outcome": 1} for i in range(200)]
+    body = json.dumps({"observations": obs}).encode()
+    assert len(body) > 2_000
+    for path in ("/v1/decisions", "/v1/sessions", "/v1/sessions/00000000-0000-0000-0000-000000000000/observations"):
+        r = c.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"] == "payload_too_large", path
+
+        def chunks():  # noqa: ANN202  (no Content-Length: the cap counts the bytes)
+            for i in range(0, len(body), 500):
+                yield body[i:i + 500]
+
+        r = c.post(path, content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413, path
+    small = {"observations": [{"task_id": "t1", "system": "A", "outcome": 1}], "system_a": "A", "system_b": "B",
+             "universe": {"task_ids": ["t1", "t2"]}}
+    r = c.post("/v1/decisions", json=small)
+    assert r.status_code in (200, 422) and r.status_code != 413
