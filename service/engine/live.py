@@ -207,19 +207,24 @@ def aggregate_columns(universe: Universe, system: Sequence[str], task: Sequence[
         raise LiveError(f"{at(i)}.outcome", f"outcome must be a finite number in [0, 1], got {outcome[i]!r}")
     cell = role * n + pos
     rows = len(cell)
-    if rows:
+    flat_counts = np.bincount(cell, minlength=2 * n)
+    single_rows = rows == 0 or (not tr.any() and flat_counts.max() <= 1)  # the common case: one row per cell
+    if not single_rows:
         key = cell * (int(tr.max()) + 1) + tr
         srt = np.argsort(key, kind="stable")
         dup = np.flatnonzero(key[srt][1:] == key[srt][:-1])
         if len(dup):
             i = int(srt[dup[0] + 1])
             raise LiveError(at(i), f"repeated observation of task '{task[i]}', system '{system[i]}', "
-                                            f"trial {int(tr[i])}")
-    counts = np.bincount(cell, minlength=2 * n).reshape(2, n)
+                                   f"trial {int(tr[i])}")
+    counts = flat_counts.reshape(2, n)
     sums = np.bincount(cell, weights=val, minlength=2 * n).reshape(2, n)
     never = np.iinfo(np.int64).max
     reach = np.full(2 * n, never, dtype=np.int64)  # row at which a cell gets its trials_needed-th trial
-    if rows:
+    if single_rows:
+        if trials_needed == 1:
+            reach[cell] = np.arange(rows)
+    else:
         srt = np.lexsort((np.arange(rows), cell))
         c_sorted = cell[srt]
         starts = np.flatnonzero(np.r_[True, c_sorted[1:] != c_sorted[:-1]])
@@ -231,19 +236,21 @@ def aggregate_columns(universe: Universe, system: Sequence[str], task: Sequence[
     done = np.flatnonzero(done_at < never)
     sequence = done[np.argsort(done_at[done], kind="stable")]
     if order is not None:
-        first: list[int] = []
-        listed: set[int] = set()
-        for j, t in enumerate(order):
-            p = index.get(t)
-            if p is None:
-                raise LiveError(f"order[{j}]", f"task '{t}' is not in the task universe")
-            if p in listed:
-                raise LiveError(f"order[{j}]", f"task '{t}' is listed twice")
-            listed.add(p)
-            if done_at[p] < never:
-                first.append(p)
-        rest = [p for p in sequence.tolist() if p not in listed]
-        sequence = np.array(first + rest, dtype=np.int64)
+        opos = np.fromiter(map(index.get, order, repeat(-1)), dtype=np.int64, count=len(order))
+        bad = np.flatnonzero(opos < 0)
+        if len(bad):
+            j = int(bad[0])
+            raise LiveError(f"order[{j}]", f"task '{order[j]}' is not in the task universe")
+        if len(opos) and np.bincount(opos, minlength=n).max() > 1:
+            seen_at = np.full(n, -1, dtype=np.int64)
+            for j, p in enumerate(opos.tolist()):
+                if seen_at[p] >= 0:
+                    raise LiveError(f"order[{j}]", f"task '{order[j]}' is listed twice")
+                seen_at[p] = j
+        listed = np.zeros(n, dtype=bool)
+        listed[opos] = True
+        first = opos[done_at[opos] < never]
+        sequence = np.concatenate([first, sequence[~listed[sequence]]])
     with np.errstate(invalid="ignore", divide="ignore"):
         y = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     binary = bool(np.all((val == 0.0) | (val == 1.0)))

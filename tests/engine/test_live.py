@@ -237,6 +237,13 @@ def test_input_errors_name_the_field() -> None:
         with pytest.raises(LiveError) as err:
             aggregate(u, rows, ("A", "B"))
         assert err.value.field == field
+    both = [("A", "x", 0, 1.0), ("B", "x", 0, 1.0), ("A", "y", 0, 1.0), ("B", "y", 0, 0.0)]
+    assert aggregate(u, both, ("A", "B"), order=["y", "x"]).sequence.tolist() == [1, 0]
+    assert aggregate(u, both, ("A", "B"), order=["y"]).sequence.tolist() == [1, 0]
+    for order, field in ((["q"], "order[0]"), (["x", "x"], "order[1]")):
+        with pytest.raises(LiveError) as err:
+            aggregate(u, both, ("A", "B"), order=order)
+        assert err.value.field == field
     fractional = aggregate(u, [("A", "x", 0, 0.5), ("B", "x", 0, 1.0)], ("A", "B"))
     with pytest.raises(LiveError) as err:
         live_decision(u, fractional, make_live_spec(rule="mcnemar"))
