@@ -1,10 +1,11 @@
 """Live accept / reject / defer for a run in progress (SPEC §7).
 
 A harness has observed some tasks of a benchmark for systems A and B. ``live_decision``
-answers with the decision of the chosen rule (SPEC §4.2, computed by the very kernels the
-replay uses: ``rules.decide`` for fixed-sample rules and ``rules.anytime_paths`` for
-``anytime``), why, the coverage table at ``k`` (SPEC §3), and which unobserved tasks to run
-next so that coverage is met at the next budget point.
+answers with the decision of the chosen rule (SPEC §4.2, computed by the rule code of
+``service.engine.rules`` that the replay uses: the bootstrap kernels, ``rules.decide`` for the
+other fixed-sample rules and ``rules.anytime_paths`` for ``anytime``), why, the coverage
+table at ``k`` (SPEC §3), and which unobserved tasks to run next so that coverage is met at
+the next budget point.
 
 Inputs are normalised once (``make_universe``, ``aggregate``, ``make_live_spec``); every
 problem raises ``LiveError(field, message)``. Outcomes are aggregated per SPEC §1: the
