@@ -20,8 +20,12 @@ Errors are translated once, here, into a shallow tree:
   * ``APIError`` — the service answered with an error; ``status``, ``code`` (the body's
     ``error``) and ``detail`` (for 422: a list of ``{"field", "message"}``).
 
-    * ``InvalidInputError`` (400, 422), ``NotFoundError`` (404), ``ConflictError`` (409:
-      e.g. an observation re-posted with another outcome), ``ServerError`` (5xx).
+    * ``InvalidInputError`` (400, 422), ``AuthError`` (401, 403: missing, unknown or
+      under-scoped API key), ``NotFoundError`` (404), ``ConflictError`` (409: e.g. an
+      observation re-posted with another outcome), ``ServerError`` (5xx).
+
+With ``SUFFICIENCY_AUTH=required`` on the service, pass ``api_key=`` (sent as
+``Authorization: Bearer <key>``).
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ class InvalidInputError(APIError):
     """400 / 422: the request was refused; ``fields`` names what to fix."""
 
 
+class AuthError(APIError):
+    """401 / 403: the API key is missing, unknown, or lacks the scope."""
+
+
 class NotFoundError(APIError):
     """404: no such session or dataset."""
 
@@ -89,6 +97,8 @@ def _error_for(response: httpx.Response) -> APIError:
     cls: type[APIError]
     if status in (400, 422):
         cls = InvalidInputError
+    elif status in (401, 403):
+        cls = AuthError
     elif status == 404:
         cls = NotFoundError
     elif status == 409:
@@ -110,6 +120,13 @@ def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in body.items() if v is not None}
 
 
+def _headers(headers: Mapping[str, str] | None, api_key: str | None) -> dict[str, str]:
+    out = dict(headers or {})
+    if api_key:
+        out["Authorization"] = f"Bearer {api_key}"
+    return out
+
+
 def observation(task_id: str, system: str, outcome: float, trial: int = 0) -> dict[str, Any]:
     """One observation row as the API takes it."""
     return {"task_id": task_id, "system": system, "trial": trial, "outcome": outcome}
@@ -120,10 +137,10 @@ class SufficiencyClient:
 
     def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None, http: httpx.Client | None = None,
-                 headers: Mapping[str, str] | None = None):
+                 headers: Mapping[str, str] | None = None, api_key: str | None = None):
         self._own = http is None
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout, transport=transport,
-                                          headers=dict(headers or {}))
+                                          headers=_headers(headers, api_key))
 
     def __enter__(self) -> SufficiencyClient:
         return self
@@ -168,10 +185,10 @@ class AsyncSufficiencyClient:
 
     def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None, http: httpx.AsyncClient | None = None,
-                 headers: Mapping[str, str] | None = None):
+                 headers: Mapping[str, str] | None = None, api_key: str | None = None):
         self._own = http is None
         self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport,
-                                               headers=dict(headers or {}))
+                                               headers=_headers(headers, api_key))
 
     async def __aenter__(self) -> AsyncSufficiencyClient:
         return self
@@ -209,4 +226,4 @@ class AsyncSufficiencyClient:
 
 
 __all__ = ["SufficiencyClient", "AsyncSufficiencyClient", "SufficiencyError", "TransportError", "APIError",
-           "InvalidInputError", "NotFoundError", "ConflictError", "ServerError", "observation"]
+           "InvalidInputError", "AuthError", "NotFoundError", "ConflictError", "ServerError", "observation"]

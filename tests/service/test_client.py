@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from service.client import (
     APIError,
     AsyncSufficiencyClient,
+    AuthError,
     ConflictError,
     InvalidInputError,
     NotFoundError,
@@ -55,6 +56,15 @@ def test_transport_and_server_errors_are_translated() -> None:
     with SufficiencyClient(transport=boom) as api, pytest.raises(ServerError) as err:
         api.get_session("x")
     assert err.value.status == 503 and err.value.detail == "db down"
+    def needs_key(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != "Bearer k-123":
+            return httpx.Response(401, json={"error": "unauthorized", "detail": "an API key is required"})
+        return httpx.Response(200, json={"ok": True})
+
+    with SufficiencyClient(transport=httpx.MockTransport(needs_key)) as api, pytest.raises(AuthError):
+        api.get_session("x")
+    with SufficiencyClient(transport=httpx.MockTransport(needs_key), api_key="k-123") as api:
+        assert api.get_session("x") == {"ok": True}
     text = httpx.MockTransport(lambda r: httpx.Response(502, text="bad gateway"))
     with SufficiencyClient(transport=text) as api, pytest.raises(ServerError):
         api.get_session("x")
