@@ -67,6 +67,30 @@ def task(name: str) -> Callable[[TaskFn], TaskFn]:
     return register
 
 
+UNDELIVERED: dict[str, Callable[..., None]] = {}
+"""``name -> mark(session, *args)``: record that a job's message did not leave (the outbox:
+the row is committed, its dispatch time is cleared, and the next sweep sends it again)."""
+
+
+def on_undelivered(name: str) -> Callable[[TaskFn], TaskFn]:
+    def register(fn: TaskFn) -> TaskFn:
+        UNDELIVERED[name] = fn
+        return fn
+
+    return register
+
+
+def _mark_undelivered(factory: sessionmaker[Session], name: str, args: tuple[Any, ...]) -> None:
+    mark = UNDELIVERED.get(name)
+    if mark is None:
+        return
+    try:
+        with factory() as session, session.begin():
+            mark(session, *args)
+    except Exception:  # the sweep still re-sends it, after stale_after_seconds instead of at once
+        log.warning("could not mark %s%r as not sent", name, args, exc_info=True)
+
+
 def load_tasks() -> None:
     import service.replays.tasks  # noqa: F401  (registers replays.*)
 
@@ -84,6 +108,7 @@ def enqueue(session: Session, name: str, *args: Any) -> None:
 
 def bind_runner(factory: sessionmaker[Session], runner: JobRunner) -> None:
     """Make sessions from ``factory`` hand their enqueued jobs to ``runner`` after commit."""
+    load_tasks()  # the producer too needs the tasks' undelivered-marks
 
     @event.listens_for(factory, "after_commit")
     def _send(session: Session) -> None:
@@ -95,6 +120,7 @@ def bind_runner(factory: sessionmaker[Session], runner: JobRunner) -> None:
                 runner.send(name, *args)
             except Exception:  # the rows are committed: a worker's sweeper re-sends what never left
                 log.exception("could not send %s%r; it will be re-sent by a sweep", name, args)
+                _mark_undelivered(factory, name, args)
 
     @event.listens_for(factory, "after_rollback")
     def _drop(session: Session) -> None:

@@ -187,6 +187,20 @@ def undelivered_replays(session: Session, sent_before: datetime) -> list[Replay]
     )
 
 
+def mark_replay_unsent(session: Session, replay_id: uuid.UUID) -> None:
+    """The ``replays.run`` message did not leave: the next sweep sends it (queued replays only)."""
+    session.execute(update(Replay).where(Replay.id == replay_id, Replay.status == QUEUED).values(dispatched_at=None))
+
+
+def mark_chunk_unsent(session: Session, replay_id: uuid.UUID, index: int) -> None:
+    session.execute(
+        update(ReplayChunk)
+        .where(ReplayChunk.replay_id == replay_id, ReplayChunk.chunk_index == index,
+               ReplayChunk.status == CHUNK_PENDING)
+        .values(dispatched_at=None)
+    )
+
+
 def release_chunk(chunk: ReplayChunk) -> None:
     chunk.status = CHUNK_PENDING
 

@@ -5,7 +5,8 @@
   (the ``(replay_id, chunk_index)`` row is written only while not done); the last chunk to
   land merges all of them with ``build_report``.
 - ``replays.sweep``: re-dispatch chunks whose worker died (no heartbeat for
-  ``stale_after_seconds``) and finalize replays whose last step was lost.
+  ``stale_after_seconds``), send again what was never sent (the broker was down: the send
+  failure cleared the row's dispatch time) and finalize replays whose last step was lost.
 
 Results never depend on how pairs are chunked (engine contract), so a chunk computed twice,
 or by another worker after a kill -9, stores the same bytes; the report equals an
@@ -21,9 +22,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
+from sqlalchemy.orm import Session
+
 from service.db import transaction, utcnow
 from service.engine.spec import SpecError
-from service.jobs import TaskContext, enqueue, is_transient, task
+from service.jobs import TaskContext, enqueue, is_transient, on_undelivered, task
 from service.replays import repository
 from service.replays import service as replays
 from service.replays.models import CHUNK_DONE, FAILED, FINISHED, QUEUED, RUNNING, SUCCEEDED
@@ -208,6 +211,16 @@ def sweep(ctx: TaskContext) -> None:
         orphans = repository.running_replays_all_done(session)
     for rid in orphans:
         finalize(ctx, rid)
+
+
+@on_undelivered("replays.run")
+def _run_not_sent(session: Session, replay_id: str) -> None:
+    repository.mark_replay_unsent(session, uuid.UUID(replay_id))
+
+
+@on_undelivered("replays.chunk")
+def _chunk_not_sent(session: Session, replay_id: str, index: int) -> None:
+    repository.mark_chunk_unsent(session, uuid.UUID(replay_id), index)
 
 
 def resume_all(ctx: TaskContext) -> int:
