@@ -397,9 +397,13 @@ def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
     v = np.round(d * lattice).astype(np.int64)
     kk = np.array(k)
     pos = R.above(np.array(v.sum()), kk, spec.theta, lattice)
-    vals, counts = np.unique(v, return_counts=True)
     c = R.bootstrap_threshold(spec.theta, kk, lattice)
-    p_low = float(R.tail_lattice(counts[None, :], vals, np.atleast_1d(c))[0])
+    n_plus, n_minus = int((v == 1).sum()), int((v == -1).sum())
+    if n_plus + n_minus + int((v == 0).sum()) == k:  # 0/1 data: the replay's memoised trinomial tail
+        p_low = float(R.tail_binary(kk, n_plus, n_minus, c)[0])
+    else:
+        vals, counts = np.unique(v, return_counts=True)
+        p_low = float(R.tail_lattice(counts[None, :], vals, np.atleast_1d(c))[0])
     u = None if spec.bootstrap == "exact" else rng.random()  # type: ignore[union-attr]
     dec = int(R.bootstrap_from_tail(np.array(p_low), np.array(pos), spec.a, spec.bootstrap, u))
     return dec, {"p_low": _clean(p_low), "p_high": _clean(1.0 - p_low)}

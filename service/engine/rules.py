@@ -34,7 +34,10 @@ def find_lattice(values: np.ndarray, max_l: int = MAX_LATTICE) -> int | None:
     Candidates come from a sample of the distinct values (a lattice of all values is one of
     the sample's), then each is checked on all of them.
     """
-    v = np.unique(np.asarray(values, dtype=np.float64))
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size and np.all(arr == np.round(arr)):  # 0/1 data, the common case: skip the search
+        return 1
+    v = np.unique(arr)
     v = v[np.isfinite(v)]
     sample = v[:: max(1, len(v) // 64)]
     lats = np.arange(1, max_l + 1, dtype=np.float64)
