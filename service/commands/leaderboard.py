@@ -46,8 +46,8 @@ def register(subparsers) -> None:
     p.add_argument("--correction", choices=CORRECTIONS, default="holm",
                    help="multiple-comparison correction over the compared pairs (default holm)")
     p.add_argument("--matrix", action="store_true", help="also compare every pair (one corrected family)")
-    p.add_argument("--ties", choices=TIE_RULES, default="adjacent",
-                   help="tie groups from adjacent leads (default) or from each group's leader in the matrix")
+    p.add_argument("--ties", choices=TIE_RULES, default="leader",
+                   help="tie groups from each group's leader in the matrix (default) or from adjacent leads")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
     p.set_defaults(func=run)
 

@@ -936,7 +936,7 @@ def leaderboard(
     cluster: str | Sequence[str] | None = None,
     correction: str = "holm",
     matrix: bool = False,
-    ties: str = "adjacent",
+    ties: str = "leader",
 ) -> Leaderboard:
     """Systems ranked by mean score with intervals, which leads are real, and tie groups.
 

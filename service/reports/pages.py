@@ -305,7 +305,7 @@ def leaderboard_page(
     level: float = 0.95,
     cluster: str = "",
     correction: str = "holm",
-    ties: str = "adjacent",
+    ties: str = "leader",
 ) -> HTMLResponse:
     try:
         dataset = datasets.get(session, uuid.UUID(dataset_id))

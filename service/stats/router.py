@@ -23,6 +23,10 @@ def _invalid(exc: E.StatsInputError) -> Unprocessable:
     return Unprocessable([{"field": exc.field, "message": exc.message}])
 
 
+def _out_of_range() -> Unprocessable:
+    return Unprocessable([{"field": "body", "message": "the inputs are too close to 0 or 1 for a finite answer"}])
+
+
 @router.post("/v1/stats/passk", response_model=S.PassKCurveRead, responses=_ERRORS,
              summary="Unbiased pass@k and pass^k of one task from c passes in n trials")
 def passk(body: S.PassKCreate) -> S.PassKCurveRead:
@@ -32,6 +36,8 @@ def passk(body: S.PassKCreate) -> S.PassKCurveRead:
                   for k in ks]
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
     return S.PassKCurveRead(n=body.n, c=body.c, values=values)
 
 
@@ -42,6 +48,8 @@ def bound(body: S.BoundCreate):
         return E.to_dict(E.binomial_bounds(body.successes, body.n, body.level))
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
 
 
 @router.post("/v1/stats/runs", response_model=S.RunsRead, responses=_ERRORS,
@@ -51,6 +59,8 @@ def runs(body: S.RunsCreate) -> S.RunsRead:
         n = E.runs_for_bound(body.max_failure_rate, body.level, body.failures)
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
     return S.RunsRead(runs=n, max_failure_rate=body.max_failure_rate, failures=body.failures, level=body.level)
 
 
@@ -61,6 +71,10 @@ def margin(body: S.MarginCreate) -> S.MarginRead:
         m = E.margin_of_error(body.n, body.p, body.level)
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
+    if not np.isfinite(m):
+        raise _out_of_range()
     return S.MarginRead(n=body.n, p=body.p, level=body.level, margin=m)
 
 
@@ -71,6 +85,8 @@ def tasks(body: S.TasksCreate) -> S.TasksRead:
         n = E.tasks_for_margin(body.margin, body.p, body.level)
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
     return S.TasksRead(margin=body.margin, p=body.p, level=body.level, tasks=n)
 
 
@@ -81,6 +97,8 @@ def gap(body: S.GapCreate):
         return E.to_dict(E.min_significant_gap(body.n, body.p, body.rho, body.level))
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
 
 
 @router.post("/v1/stats/power", response_model=S.PowerRead, responses=_ERRORS,
@@ -90,6 +108,8 @@ def power(body: S.PowerCreate) -> S.PowerRead:
         n = E.tasks_for_paired_difference(body.delta, body.power, body.rho, body.p, body.level, body.sd_diff)
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
+    except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
+        raise _out_of_range() from None
     return S.PowerRead(tasks=n, delta=body.delta, power=body.power, rho=body.rho, level=body.level)
 
 
@@ -103,7 +123,7 @@ def get_leaderboard(
     cluster: Annotated[str | None, Query(description="Metadata column(s) to cluster by, e.g. 'group'")] = None,
     correction: Literal["holm", "bh", "none"] = "holm",
     matrix: bool = False,
-    ties: Literal["adjacent", "leader"] = "adjacent",
+    ties: Literal["adjacent", "leader"] = "leader",
 ):
     records = datasets.load_records(session, dataset_id)
     try:
