@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,14 @@ def install_handlers(app: FastAPI) -> None:
             {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
             for e in exc.errors()
         ]
+        return JSONResponse({"error": "invalid_input", "detail": detail}, status_code=422)
+
+    @app.exception_handler(DataError)
+    @app.exception_handler(OverflowError)
+    async def _unstorable_value(_request: Request, exc: Exception) -> JSONResponse:
+        # a value the database refuses (say an offset past bigint, which SQLite's driver reports
+        # as a bare OverflowError): the input's fault, not a 500
+        detail = [{"field": "request", "message": "a value is out of range for the database"}]
         return JSONResponse({"error": "invalid_input", "detail": detail}, status_code=422)
 
     @app.exception_handler(OperationalError)

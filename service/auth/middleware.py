@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import keys
+from service.auth.contract import install_contract
 from service.auth.keys import Principal
 from service.auth.ownership import current_principal
 from service.auth.scopes import SAFE_METHODS, required_scope
@@ -242,7 +243,9 @@ async def _cap_body(scope: Scope, receive: Receive, limit: int) -> Receive | Non
 
 
 def install_trust(app: FastAPI, settings: Settings) -> None:
-    """Add the trust middleware and, only when origins are configured, CORS (closed by default)."""
+    """Add the trust middleware and, only when origins are configured, CORS (closed by default);
+    document both in the OpenAPI document."""
+    install_contract(app)
     app.add_middleware(TrustMiddleware, fastapi_app=app, settings=settings)
     origins = settings.cors_origin_list
     if origins:

@@ -18,8 +18,8 @@ class SessionCreate(RuleOptions):
 
     model_config = ConfigDict(extra="forbid")
 
-    system_a: str = "A"
-    system_b: str = "B"
+    system_a: str = Field(default="A", max_length=200)
+    system_b: str = Field(default="B", max_length=200)
     universe: UniverseIn | None = None
     dataset_id: uuid.UUID | None = Field(default=None, description="Take the universe and groups from a dataset.")
     group: str | None = Field(default=None, description="Dataset grouping key (a column or 'col1,col2').")

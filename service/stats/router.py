@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Query
+from pydantic import ValidationError
 
 from service.datasets import service as datasets
 from service.deps import SessionDep
@@ -94,7 +95,10 @@ def tasks(body: S.TasksCreate) -> S.TasksRead:
              summary="Minimum significant gap between two scores, unpaired vs paired")
 def gap(body: S.GapCreate):
     try:
-        return E.to_dict(E.min_significant_gap(body.n, body.p, body.rho, body.level))
+        out = E.to_dict(E.min_significant_gap(body.n, body.p, body.rho, body.level))
+        return S.GapRead.model_validate(out)
+    except ValidationError:  # a gap that is not a finite number
+        raise _out_of_range() from None
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer

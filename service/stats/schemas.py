@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 Level = Field(default=0.95, gt=0.0, lt=1.0, description="Confidence level in (0, 1).")
 
@@ -12,12 +12,15 @@ Level = Field(default=0.95, gt=0.0, lt=1.0, description="Confidence level in (0,
 # --------------------------------------------------------------------------- calculator requests
 
 
+MAX_CURVE = 10_000
+
+
 class PassKCreate(BaseModel):
     """One task's trials: ``c`` passes in ``n`` trials; ``k`` omitted = every k from 1 to n."""
 
-    n: int = Field(ge=1, description="Trials of the task.")
+    n: int = Field(ge=1, le=1_000_000_000, description="Trials of the task.")
     c: int = Field(ge=0, description="Passes among them.")
-    k: int | None = Field(default=None, ge=1, description="Subset size; at most n.")
+    k: int | None = Field(default=None, ge=1, description="Subset size; at most n. Needed when n > 10000.")
 
     @field_validator("c")
     @classmethod
@@ -35,12 +38,18 @@ class PassKCreate(BaseModel):
             raise ValueError(f"k={v} exceeds the number of trials n={n}")
         return v
 
+    @model_validator(mode="after")
+    def _curve_is_bounded(self) -> PassKCreate:
+        if self.k is None and self.n > MAX_CURVE:  # the whole curve is one value per k
+            raise ValueError(f"give k when n > {MAX_CURVE} (the curve would have n values)")
+        return self
+
 
 class BoundCreate(BaseModel):
     """Exact one-sided binomial bounds from ``successes`` in ``n`` runs."""
 
     successes: int = Field(ge=0)
-    n: int = Field(ge=1, description="Runs.")
+    n: int = Field(ge=1, le=10**15, description="Runs (at most 1e15: exact in double precision).")
     level: float = Level
 
     @field_validator("n")
