@@ -455,8 +455,9 @@ def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int =
     one-sided upper bound on the failure rate of at most ``max_failure_rate``.
 
     With zero failures: the smallest ``n >= ln(alpha) / ln(1 - target)`` (59 runs for 5 %
-    at 95 %). Otherwise the bound ``Beta_{1-alpha}(f + 1, n - f)`` decreases in ``n`` and
-    the smallest ``n`` is found by bisection.
+    at 95 %). Otherwise the bound ``Beta_{1-alpha}(f + 1, n - f)`` decreases in ``n``. Either
+    way the smallest ``n`` is found by bisection (from the closed form when ``f = 0``), so a
+    tiny target costs a few dozen bound evaluations, not a walk over the rounding error.
     """
     target = _unit(max_failure_rate, "max_failure_rate", low_open=True, high_open=True)
     level = _level(level)
@@ -465,14 +466,10 @@ def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int =
     def bound(n: int) -> float:
         return binomial_bounds(n - f, n, level).failure_upper
 
-    if f == 0:
-        n = max(1, math.ceil(math.log(1.0 - level) / math.log1p(-target) - 1e-9))
-        while bound(n) > target:
-            n += 1
-        while n > 1 and bound(n - 1) <= target:
-            n -= 1
-        return n
     lo, hi = f + 1, 2 * (f + 1)
+    if f == 0:  # start from the closed form; the bisection below only corrects its rounding
+        guess = max(1, math.ceil(math.log(1.0 - level) / math.log1p(-target) - 1e-9))
+        lo, hi = max(1, guess // 2), max(2, guess)
     while bound(hi) > target:
         lo, hi = hi, hi * 2
     if bound(lo) <= target:

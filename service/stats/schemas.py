@@ -12,15 +12,15 @@ Level = Field(default=0.95, gt=0.0, lt=1.0, description="Confidence level in (0,
 # --------------------------------------------------------------------------- calculator requests
 
 
-MAX_CURVE = 10_000
+MAX_CURVE = 1_000
 
 
 class PassKCreate(BaseModel):
     """One task's trials: ``c`` passes in ``n`` trials; ``k`` omitted = every k from 1 to n."""
 
-    n: int = Field(ge=1, le=1_000_000_000, description="Trials of the task.")
+    n: int = Field(ge=1, le=10_000, description="Trials of the task (exact binomial coefficients: bounded).")
     c: int = Field(ge=0, description="Passes among them.")
-    k: int | None = Field(default=None, ge=1, description="Subset size; at most n. Needed when n > 10000.")
+    k: int | None = Field(default=None, ge=1, description="Subset size; at most n. Needed when n > 1000.")
 
     @field_validator("c")
     @classmethod

@@ -85,3 +85,27 @@ def test_decision_and_session_bodies_are_capped(tight: TestClient) -> None:
              "universe": {"task_ids": ["t1", "t2"]}}
     r = c.post("/v1/decisions", json=small)
     assert r.status_code in (200, 422) and r.status_code != 413
+
+
+def test_calculators_bound_their_work(client: TestClient) -> None:
+    """Inputs the fuzzer found to cost minutes of CPU (or a 500) answer quickly."""
+    import time
+
+    cases = [
+        ({"n": 10_000, "c": 3, "k": 5_000}, "/v1/stats/passk", 200),
+        ({"n": 100_000, "c": 3, "k": 5}, "/v1/stats/passk", 422),  # exact coefficients: n is bounded
+        ({"n": 2_000, "c": 3}, "/v1/stats/passk", 422),  # a whole curve of 2,000 values: give k
+        ({"max_failure_rate": 1e-12}, "/v1/stats/runs", 200),  # was a walk of 1e8 steps
+        ({"max_failure_rate": 5e-324}, "/v1/stats/runs", 422),
+        ({"margin": 5e-324}, "/v1/stats/tasks", 422),
+        ({"n": 5e-324}, "/v1/stats/gap", 422),
+        ({"n": 5e-324}, "/v1/stats/margin", 422),
+        ({"successes": 1, "n": 10**20}, "/v1/stats/bound", 422),
+    ]
+    for body, path, status in cases:
+        started = time.monotonic()
+        r = client.post(path, json=body)
+        assert r.status_code == status, (path, body, r.text)
+        assert time.monotonic() - started < 2, (path, body)
+    assert client.post("/v1/stats/runs", json={"max_failure_rate": 1e-12}).json()["runs"] == 2_995_632_251_096
+    assert client.get("/v1/datasets", params={"offset": 10**30}).status_code == 422
