@@ -450,6 +450,9 @@ def binomial_bounds(successes: int, n: int, level: float = 0.95) -> BinomialBoun
     return BinomialBounds(x, n, level, lower, upper, 1.0 - upper, 1.0 - lower)
 
 
+MAX_RUNS = 2**53
+
+
 def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int = 0) -> int:
     """Fewest runs ``n`` such that ``failures`` failures in ``n`` runs give an exact
     one-sided upper bound on the failure rate of at most ``max_failure_rate``.
@@ -470,8 +473,10 @@ def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int =
     if f == 0:  # start from the closed form; the bisection below only corrects its rounding
         guess = max(1, math.ceil(math.log(1.0 - level) / math.log1p(-target) - 1e-9))
         lo, hi = max(1, guess // 2), max(2, guess)
-    while bound(hi) > target:
+    while hi <= MAX_RUNS and bound(hi) > target:
         lo, hi = hi, hi * 2
+    if hi > MAX_RUNS:  # past exact integers in double precision (and any real budget)
+        raise StatsInputError("max_failure_rate", f"more than {MAX_RUNS:.3g} runs would be needed")
     if bound(lo) <= target:
         return lo
     while hi - lo > 1:  # bound(lo) > target >= bound(hi)

@@ -109,3 +109,5 @@ def test_calculators_bound_their_work(client: TestClient) -> None:
         assert time.monotonic() - started < 2, (path, body)
     assert client.post("/v1/stats/runs", json={"max_failure_rate": 1e-12}).json()["runs"] == 2_995_632_251_096
     assert client.get("/v1/datasets", params={"offset": 10**30}).status_code == 422
+    r = client.post("/v1/stats/runs", json={"max_failure_rate": 7.6e-159, "failures": 158789, "level": 0.5})
+    assert r.status_code == 422 and "runs would be needed" in r.json()["detail"][0]["message"]
