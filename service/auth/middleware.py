@@ -42,15 +42,16 @@ class TokenBuckets:
         self.rate, self.burst = rate, max(burst, 1)
         self._state: dict[Any, tuple[float, float]] = {}
 
-    def take(self, key: Any, now: float | None = None) -> float:
-        """Spend one token: 0 when allowed, else the seconds until one is available."""
+    def take(self, key: Any, now: float | None = None, *, spend: bool = True) -> float:
+        """Spend one token (or, with ``spend=False``, only look): 0 when allowed, else the
+        seconds until one is available."""
         if self.rate <= 0:
             return 0.0
         now = time.monotonic() if now is None else now
         tokens, last = self._state.get(key, (float(self.burst), now))
         tokens = min(float(self.burst), tokens + (now - last) * self.rate)
         if tokens >= 1.0:
-            self._state[key] = (tokens - 1.0, now)
+            self._state[key] = (tokens - 1.0 if spend else tokens, now)
             return 0.0
         self._state[key] = (tokens, now)
         return (1.0 - tokens) / self.rate
@@ -63,6 +64,8 @@ class TrustMiddleware:
         self.settings = settings
         self.required = settings.auth == "required"
         self.buckets = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
+        self.refused = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
+        """Requests refused for a missing or bad key, per client address (slows key guessing)."""
         self._verified: dict[str, tuple[float, Principal | None]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,8 +82,17 @@ class TrustMiddleware:
         if self.required:
             needed = required_scope(method, path)
             if needed is not None:
+                address = (scope.get("client") or ("unknown", 0))[0]
+                wait = self.refused.take(address, spend=False)
+                if wait > 0:
+                    retry = max(1, math.ceil(wait))
+                    await _error(429, "rate_limited", f"too many requests without a valid key from this address; "
+                                 f"retry in {retry} s", {"retry-after": str(retry)})(send)
+                    return
                 outcome = await self._authorize(scope, method, needed)
                 if not isinstance(outcome, Principal):
+                    if outcome.status == 401:
+                        self.refused.take(address)
                     await outcome(send)
                     return
                 principal = outcome
@@ -195,6 +207,7 @@ def _error(status: int, code: str, detail: str, headers: dict[str, str] | None =
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": body})
 
+    respond.status = status  # type: ignore[attr-defined]
     return respond
 
 

@@ -4,6 +4,7 @@ rate limit, Basic auth for the pages, the admin endpoint and the ``sufficiency k
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -112,7 +113,7 @@ def test_replays_and_sessions_belong_to_their_owner(app_client: TestClient) -> N
 
 
 def test_rate_limit_answers_429_with_retry_after(backend: dict[str, object]) -> None:
-    settings = make_settings(**backend, auth="required", rate_limit_per_second=0.5, rate_limit_burst=3)
+    settings = make_settings(**backend, auth="required", rate_limit_per_second=2, rate_limit_burst=3)
     with TestClient(create_app(settings)) as c:
         alice, bob = _key(c, "alice", "read"), _key(c, "bob", "read")
         codes = [c.get("/v1/datasets", headers=alice).status_code for _ in range(4)]
@@ -121,6 +122,13 @@ def test_rate_limit_answers_429_with_retry_after(backend: dict[str, object]) -> 
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and r.json()["error"] == "rate_limited"
         assert c.get("/v1/datasets", headers=bob).status_code == 200  # per key
         assert c.get("/healthz").status_code == 200  # probes are not limited
+        for _ in range(3):  # requests without a valid key are limited per client address
+            assert c.get("/v1/datasets", headers={"Authorization": "Bearer guess"}).status_code == 401
+        r = c.get("/v1/datasets", headers={"Authorization": "Bearer guess"})
+        assert r.status_code == 429 and r.headers["retry-after"]
+        assert c.get("/v1/datasets", headers=bob).status_code == 429  # the address is held back a moment
+        time.sleep(0.6)
+        assert c.get("/v1/datasets", headers=bob).status_code == 200
 
 
 def test_pages_take_the_key_as_basic_auth_and_refuse_cross_site_posts(app_client: TestClient) -> None:
