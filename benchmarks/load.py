@@ -1,0 +1,223 @@
+"""Load test of the whole production stack with auth on: 10,000 decisions and 200 report fetches.
+
+    .venv/bin/python benchmarks/load.py [--decisions 10000] [--reports 200] [--concurrency 32] [--clients 2]
+
+Creates its own Postgres database (on the server of ``SUFFICIENCY_TEST_PG_URL``, default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and uses its own Redis database number
+and queue, migrates, creates an API key, starts a Celery worker and ``sufficiency serve
+--workers 2`` on 127.0.0.1 with ``SUFFICIENCY_AUTH=required``, uploads a synthetic benchmark
+(12 systems x 300 tasks) and replays it. Then it sends the decisions (nine in ten with an
+inline 500-task universe, one in ten against the stored dataset, which reads Postgres) and
+the report fetches, shuffled together, over ``--concurrency`` keep-alive connections split
+over ``--clients`` processes, every request with the key. Every response must be a 200 with
+the expected body length: any other outcome is an error, and the exit status is 1 if there
+was one. Prints throughput and latency percentiles per kind. Every wait is bounded; the
+servers are stopped and the database dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import random
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.service import procs  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get("SUFFICIENCY_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("SUFFICIENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+
+
+def inline_decision(seed: int, n_tasks: int = 500, n_groups: int = 12) -> dict:
+    """A harness mid-run: a 500-task universe in groups, a seeded share of it observed."""
+    rng = np.random.default_rng(seed)
+    ids = [f"task-{i:04d}" for i in range(n_tasks)]
+    groups = [f"repo-{g:02d}" for g in (list(range(n_groups)) + rng.integers(0, n_groups, n_tasks - n_groups).tolist())]
+    seen = rng.permutation(n_tasks)[: int(rng.uniform(0.1, 0.8) * n_tasks)]
+    outcomes = {s: {ids[i]: float(rng.random() < p) for i in seen} for s, p in (("A", 0.62), ("B", 0.55))}
+    rule = ("bootstrap", "anytime", "paired_normal", "serfling")[seed % 4]
+    return {"system_a": "A", "system_b": "B", "universe": {"task_ids": ids, "groups": groups},
+            "outcomes": outcomes, "delta": float(seed % 3), "rule": rule}
+
+
+def dataset_decision(dataset_id: str, systems: list[str], tasks: list[str], seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    seen = [tasks[i] for i in rng.permutation(len(tasks))[: len(tasks) // 2]]
+    a, b = rng.choice(len(systems), 2, replace=False)
+    outcomes = {systems[a]: {t: float(rng.random() < 0.6) for t in seen},
+                systems[b]: {t: float(rng.random() < 0.5) for t in seen}}
+    return {"dataset_id": dataset_id, "group": "group", "system_a": systems[a], "system_b": systems[b],
+            "outcomes": outcomes, "rule": "bootstrap"}
+
+
+def _request(method: str, path: str, host: str, token: str, body: bytes | None) -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return (head + "\r\n").encode() + (body or b"")
+
+
+async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> list[tuple[str, float, bool]]:
+    """Send ``(kind, raw request, expected body length or -1)`` items over ``conc`` keep-alive
+    connections (HTTP/1.1 on asyncio streams: the client shares the cores with the server)."""
+    queue = list(reversed(work))
+    out: list[tuple[str, float, bool]] = []
+
+    async def worker() -> None:
+        reader = writer = None
+        while queue:
+            kind, raw, expect = queue.pop()
+            t0 = time.perf_counter()
+            ok = False
+            try:
+                if writer is None:
+                    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
+                writer.write(raw)
+                header = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+                length = -1
+                for line in header.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                if length < 0:
+                    raise ValueError("no content-length")
+                await asyncio.wait_for(reader.readexactly(length), 60)
+                ok = header[9:12] == b"200" and (expect < 0 or length == expect)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                if writer is not None:
+                    writer.close()
+                reader = writer = None
+            out.append((kind, time.perf_counter() - t0, ok))
+        if writer is not None:
+            writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(conc)))
+    return out
+
+
+def _client(args: tuple) -> list[tuple[str, float, bool]]:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(_drive(*args))
+
+
+def _stats(rows: list[tuple[str, float, bool]], wall: float) -> dict:
+    lat = np.array([r[1] for r in rows]) * 1000
+    return {"requests": len(rows), "errors": sum(not r[2] for r in rows), "throughput_rps": round(len(rows) / wall, 1),
+            **{f"p{q}_ms": round(float(np.percentile(lat, q)), 2) for q in (50, 90, 99)},
+            "max_ms": round(float(lat.max()), 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--decisions", type=int, default=10_000)
+    parser.add_argument("--reports", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--clients", type=int, default=2, help="load-generating processes")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
+    args = parser.parse_args(argv)
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from service.auth import keys
+    from service.db import make_engine, make_sessionmaker, run_migrations, transaction
+    from service.engine.synth import generate, to_csv
+
+    name = f"sufficiency_load_{os.getpid()}_{secrets.token_hex(4)}"
+    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    server = worker = None
+    try:
+        run_migrations(url, REPO / "migrations")
+        engine = make_engine(url, pool_size=1, max_overflow=0)
+        with transaction(make_sessionmaker(engine)) as session:
+            token = keys.create(session, name="load", scopes="read,submit,decide")[1]
+        engine.dispose()
+        settings = {"database_url": url, "broker_url": f"{REDIS_URL}/{random.randint(1, 15)}",
+                    "celery_queue": name, "migrate_on_start": "false", "auth": "required",
+                    "rate_limit_per_second": 0, "environment": "production"}
+        tmp = Path(tempfile.mkdtemp(prefix="sufficiency_load_"))
+        env = procs.env_for(**settings)
+        worker = procs.start(["worker", "--pool", "solo", "--loglevel", "warning"], env, tmp / "worker.log")
+        port = procs.free_port()
+        server = procs.start(["serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers),
+                              "--log-level", "warning"], env, tmp / "api.log")
+        base = f"http://127.0.0.1:{port}"
+        procs.wait_http(f"{base}/readyz", timeout=60, proc=server)
+        auth = {"Authorization": f"Bearer {token}"}
+        rows = generate(n_systems=12, n_tasks=300, n_groups=8, seed=0, cost=True)
+        with httpx.Client(base_url=base, headers=auth, timeout=60) as http:
+            ds = http.post("/v1/datasets", files={"file": ("bench.csv", to_csv(rows).encode(), "text/csv")}).json()
+            spec = {"dataset_id": ds["id"], "policies": ["coverage_bootstrap"], "deltas": [0, 5], "orders": 50,
+                    "groups": ["group"]}
+            rid = http.post("/v1/replays", json=spec).json()["id"]
+            deadline = time.monotonic() + 300
+            while (status := http.get(f"/v1/replays/{rid}").json()["status"]) not in ("succeeded", "failed"):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"replay still {status}; see {tmp}")
+                time.sleep(0.5)
+            if status != "succeeded":
+                raise RuntimeError(f"replay {status}; see {tmp}")
+            report_len = len(http.get(f"/v1/replays/{rid}/report").content)
+            systems = [s["name"] for s in ds["summary"]["systems"]]
+            tasks = sorted({r["task_id"] for r in rows})
+            bodies = [json.dumps(inline_decision(i)).encode() for i in range(9)]
+            bodies.append(json.dumps(dataset_decision(ds["id"], systems, tasks, 0)).encode())
+            for body in bodies:  # every body is a valid decision before the clock starts
+                r = http.post("/v1/decisions", content=body, headers={"content-type": "application/json"})
+                r.raise_for_status()
+            sizes = [len(http.post("/v1/decisions", content=b, headers={"content-type": "application/json"}).content)
+                     for b in bodies]
+        host = f"127.0.0.1:{port}"
+        work = [("decision", _request("POST", "/v1/decisions", host, token, bodies[i % 10]), sizes[i % 10])
+                for i in range(args.decisions)]
+        work += [("report", _request("GET", f"/v1/replays/{rid}/report", host, token, None), report_len)
+                 for _ in range(args.reports)]
+        random.Random(0).shuffle(work)
+        shares = [work[i::args.clients] for i in range(args.clients)]
+        conc = [args.concurrency // args.clients + (i < args.concurrency % args.clients) for i in range(args.clients)]
+        with mp.get_context("spawn").Pool(args.clients) as pool:
+            t0 = time.perf_counter()
+            results = pool.map(_client, [(port, shares[i], conc[i]) for i in range(args.clients)])
+            wall = time.perf_counter() - t0
+        done = [r for part in results for r in part]
+    finally:
+        for proc in (server, worker):
+            if proc is not None:
+                procs.stop(proc)
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    total = _stats(done, wall)
+    kinds = {k: _stats([r for r in done if r[0] == k], wall) for k in ("decision", "report")}
+    print(f"uvicorn --workers {args.workers} on 127.0.0.1, Postgres, Redis, auth required; {args.concurrency} "
+          f"connections over {args.clients} client process(es); {wall:.1f} s")
+    print(f"{'kind':10} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'errors':>6}")
+    for k, r in (*kinds.items(), ("all", total)):
+        print(f"{k:10} {r['requests']:>8} {r['throughput_rps']:>8} {r['p50_ms']:>8} {r['p90_ms']:>8} "
+              f"{r['p99_ms']:>8} {r['max_ms']:>8} {r['errors']:>6}")
+    print(json.dumps({"all": total, **kinds}))
+    return 1 if total["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
