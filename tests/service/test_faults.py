@@ -5,6 +5,8 @@
 - Postgres stopped under a running API: readiness and requests answer 503 (never 500), an
   upload made during the outage stores nothing, and the same process serves again once the
   database is back (the pool's pre-ping replaces the dead connections).
+- Postgres restarted while a Celery worker runs a replay's chunks: the replay finishes and
+  its report equals the engine's.
 - A client that disconnects mid-upload stores nothing.
 - Chunk results are written once: duplicate deliveries of every chunk change nothing.
 
@@ -136,6 +138,49 @@ def test_database_restart_gives_503_then_recovers_in_place(own_pg: OwnPostgres, 
         assert body["total"] == 1  # the upload made during the outage stored nothing
         assert upload_status(c, content, auth) == 201
         assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {fresh}"}).status_code == 200
+
+
+def test_workers_ride_out_a_database_restart_mid_replay(
+    own_pg: OwnPostgres, own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    """Postgres restarts while chunks run on a Celery worker: the tasks' transient-error
+    retries and the sweeper finish the replay, and the report equals the engine's."""
+    from service.engine.report import report_json
+    from tests.service.test_replays import engine_report
+
+    admin = create_engine(own_pg.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("CREATE DATABASE jobs"))
+    admin.dispose()
+    url = own_pg.url.rsplit("/", 1)[0] + "/jobs"
+    run_migrations(url, Settings().migrations_dir)
+    settings = {
+        "data_dir": tmp_path / "data", "database_url": url, "broker_url": own_redis.url, "migrate_on_start": False,
+        "celery_queue": unique_name("restart"), "chunk_pairs": 3, "heartbeat_seconds": 0.5,
+        "stale_after_seconds": 4, "sweep_seconds": 0.5, "visibility_timeout": 20,
+    }
+    spec = {**SMALL_SPEC, "orders": 150}
+    content = synth_csv(seed=12, n_systems=5)
+    worker = procs.start(["worker", "--loglevel", "warning", "--pool", "solo"], procs.env_for(**settings),
+                         tmp_path / "worker.log")
+    try:
+        with TestClient(create_app(make_settings(**settings))) as client:
+            ds = upload(client, content)
+            rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()["id"]
+            deadline = time.monotonic() + 60
+            while client.get(f"/v1/replays/{rid}").json()["chunks_done"] < 1:
+                assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-3000:]
+                time.sleep(0.05)
+            before = client.get(f"/v1/replays/{rid}").json()
+            own_pg.stop()
+            time.sleep(2.5)  # chunks that finish meanwhile cannot store: their tasks retry
+            own_pg.start()
+            assert before["chunks_done"] < before["n_chunks"]  # the restart fell mid-replay
+            done = wait_for(client, rid, timeout=120)
+            assert done["status"] == "succeeded", (tmp_path / "worker.log").read_text()[-3000:]
+            assert client.get(f"/v1/replays/{rid}/report").content == report_json(engine_report(content, spec))
+    finally:
+        procs.stop(worker)
 
 
 def upload_status(c: TestClient, content: bytes, headers: dict[str, str]) -> int:
