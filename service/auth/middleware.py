@@ -255,6 +255,17 @@ async def _cap_body(scope: Scope, receive: Receive, limit: int) -> Receive | Non
     return replay
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def exposure_warning(host: str, settings: Settings) -> str | None:
+    """What to say when the API would listen beyond this machine without authentication."""
+    if settings.auth == "required" or host in LOOPBACK or host.startswith("127."):
+        return None
+    return (f"warning: serving on {host} with authentication off; anyone who can reach this port can use the "
+            "service. Set SUFFICIENCY_AUTH=required and create keys with `sufficiency keys create`.")
+
+
 def install_trust(app: FastAPI, settings: Settings) -> None:
     """Add the trust middleware and, only when origins are configured, CORS (closed by default);
     document both in the OpenAPI document."""

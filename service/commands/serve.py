@@ -32,6 +32,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from service.auth.middleware import exposure_warning
+
+    warning = exposure_warning(args.host, settings)
+    if warning:
+        print(warning, file=sys.stderr)
     uvicorn.run(
         "service.main:create_app",
         factory=True,

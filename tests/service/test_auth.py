@@ -168,6 +168,11 @@ def test_auth_off_is_the_embedded_default(client: TestClient, caplog: pytest.Log
     with caplog.at_level("WARNING"), TestClient(create_app(client.app.state.settings)):
         pass
     assert any("authentication is OFF" in r.getMessage() for r in caplog.records)
+    from service.auth.middleware import exposure_warning
+
+    off, on = Settings(environment="test"), Settings(environment="test", auth="required")
+    assert exposure_warning("127.0.0.1", off) is None and exposure_warning("0.0.0.0", on) is None
+    assert "authentication off" in exposure_warning("0.0.0.0", off)
 
 
 def test_every_route_has_the_scope_it_should() -> None:
