@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from service.engine.coverage import budget_k  # noqa: E402
 from service.engine.records import load_records  # noqa: E402
 from service.engine.replay import plan_replay, run_replay, total_cases  # noqa: E402
-from service.engine.spec import NAMED_POLICIES, make_spec  # noqa: E402
+from service.engine.spec import NAMED_POLICIES, SpecError, make_spec  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "swebench_lite" / "records.csv"
 
@@ -122,8 +122,12 @@ def main() -> None:
                 continue
             deltas = [0] if pol.rule == "mcnemar" else [0, 5, 10]
             t1 = time.perf_counter()
-            rep = run_replay(records, make_spec(policies=[name], deltas=deltas, orders=args.orders, groups=["group"]),
-                             jobs=2)
+            try:
+                rep = run_replay(records, make_spec(policies=[name], deltas=deltas, orders=args.orders,
+                                                    groups=["group"]), jobs=2)
+            except SpecError as exc:  # e.g. cost_forced on records without costs
+                print(f"  {name:28s} not applicable: {exc.message}")
+                continue
             msb = [(c["delta"], c["minimum_sufficient_budget"]) for c in rep["configurations"]]
             print(f"  {name:28s} {time.perf_counter() - t1:7.1f} s  {msb}")
         print(f"all named policies x deltas: {time.perf_counter() - t0:.1f} s")
