@@ -86,7 +86,7 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 
 @contextlib.contextmanager
 def transaction(factory: sessionmaker[Session], *, write: bool = True) -> Iterator[Session]:
-    """One unit of work for a job: commit on success, roll back on error.
+    """One unit of work (a job's or a request's): commit on success, roll back on error.
 
     ``write=True`` takes SQLite's write lock at BEGIN (no effect on Postgres).
     """

@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.db import IMMEDIATE
+from service.db import transaction
 from service.jobs import JobRunner
 
 
@@ -17,16 +17,9 @@ def get_session(request: Request) -> Iterator[Session]:
     """One transaction per request: committed after the endpoint returns (before the
     response is sent, so a client never sees a 201 for a row that is not there), rolled
     back on any error. Jobs enqueued during the request go out only after the commit."""
-    factory = request.app.state.sessionmaker
-    with factory() as session:
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
-            session.connection(execution_options={IMMEDIATE: True})
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+    write = request.method not in ("GET", "HEAD", "OPTIONS")
+    with transaction(request.app.state.sessionmaker, write=write) as session:
+        yield session
 
 
 def get_settings(request: Request) -> Settings:
