@@ -929,4 +929,4 @@ def sufficiency_table(report: dict) -> list[dict[str, object]]:
 
 
 __all__ = ["Config", "Plan", "ChunkResult", "plan_replay", "run_chunk", "build_report", "run_replay",
-           "total_cases", "sufficiency_table", "math"]
+           "total_cases", "sufficiency_table"]
