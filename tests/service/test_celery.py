@@ -91,7 +91,7 @@ def test_worker_killed_mid_job_is_recovered(job_settings: dict[str, object], tmp
     """kill -9 a worker while it runs a chunk: another worker finishes the replay, and the
     report equals an uninterrupted run (nothing lost, nothing counted twice)."""
     content = synth_csv(seed=12, n_systems=4, n_tasks=200)
-    spec = {**SMALL_SPEC, "orders": 1000, "bootstrap": [500], "budgets": "0.05:0.95:0.05"}  # ~0.3 s per pair
+    spec = {**SMALL_SPEC, "orders": 5000, "bootstrap": [500], "budgets": "0.05:0.95:0.05"}  # ~0.05 s per pair
     job_settings = {**job_settings, "chunk_pairs": 4}  # 12 pairs -> 3 chunks of about a second
     victim = _worker(job_settings, tmp_path, "victim", "--pool", "solo", "--no-sweeper")
     rescuer = None
