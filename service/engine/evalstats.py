@@ -26,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
+from service.engine.errors import FieldError
 from service.engine.records import Records, group_labels, parse_group_key
 
 CORRECTIONS = ("holm", "bh", "none")
@@ -33,13 +34,8 @@ BOOTSTRAP_BATCH = 256
 """Bootstrap resamples drawn per batch: bounds memory at ``batch × tasks`` indices."""
 
 
-class StatsInputError(ValueError):
+class StatsInputError(FieldError):
     """An argument outside its domain; ``field`` names it (the API answers 422 with it)."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}")
 
 
 # --------------------------------------------------------------------------- results

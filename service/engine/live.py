@@ -41,6 +41,7 @@ import numpy as np
 
 from service.engine import rules as R
 from service.engine.coverage import FLOORS, budget_k, required
+from service.engine.errors import FieldError
 from service.engine.orders import stratified_orders
 from service.engine.spec import DEFAULT_BUDGETS, RULES
 
@@ -56,13 +57,8 @@ OPTIONAL_STOPPING = (
 )
 
 
-class LiveError(ValueError):
+class LiveError(FieldError):
     """Input that cannot be decided on; ``field`` names the offending input."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}")
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from service.engine.errors import FieldError
+
 ORDERS = ("uniform", "stratified", "cost_ascending", "neyman")
 RULES = ("forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime")
 FLOORS = ("proportional", "slack", "one_per_group", "none")
@@ -17,13 +19,8 @@ ORIENTATIONS = ("directed", "one_per_pair")
 DEFAULT_BUDGETS = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
 
-class SpecError(ValueError):
+class SpecError(FieldError):
     """A replay specification that cannot run; ``field`` names the offending option."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}")
 
 
 @dataclass(frozen=True)
