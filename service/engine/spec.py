@@ -10,11 +10,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from service.engine.coverage import FLOORS
 from service.engine.errors import FieldError
 
 ORDERS = ("uniform", "stratified", "cost_ascending", "neyman")
 RULES = ("forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime")
-FLOORS = ("proportional", "slack", "one_per_group", "none")
 ORIENTATIONS = ("directed", "one_per_pair")
 DEFAULT_BUDGETS = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
