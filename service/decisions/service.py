@@ -19,6 +19,7 @@ from service.engine.live import (
     Observed,
     Universe,
     aggregate_columns,
+    aggregate_single,
     live_decision,
     make_live_spec,
     make_universe,
@@ -122,6 +123,11 @@ def observed_of(body: DecisionCreate, universe: Universe) -> Observed:
     if body.observations is not None and body.outcomes is not None:
         raise LiveError("outcomes", "give observations or outcomes, not both")
     if body.outcomes is not None:
+        if body.order is None and set(body.outcomes) <= set(systems):
+            fast = aggregate_single(universe, body.outcomes.get(body.system_a, {}),
+                                    body.outcomes.get(body.system_b, {}))  # type: ignore[arg-type]
+            if fast is not None:
+                return fast
         sys_col: list[str] = []
         task_col: list[str] = []
         trial_col: list[int] = []

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import repeat
@@ -255,6 +255,40 @@ def aggregate_columns(universe: Universe, system: Sequence[str], task: Sequence[
     return Observed(y[0], y[1], counts[0], counts[1], sequence.astype(np.int64), binary and single)
 
 
+def aggregate_single(universe: Universe, outcomes_a: Mapping[str, float],
+                     outcomes_b: Mapping[str, float]) -> Observed | None:
+    """``aggregate_columns`` for the compact form with one outcome per task and system,
+    observed in the order of A's keys; ``None`` when anything is wrong (unknown task, an
+    outcome outside [0, 1]) so that the caller's general path names the offending entry.
+
+    A harness calls the decision endpoint after every task with a few hundred outcomes; the
+    general path spends most of its time on columns, roles and duplicate checks that this
+    shape cannot need (a mapping has one entry per task; the row order is A's keys)."""
+    index, n = universe.index, universe.n
+    ys, trials, positions = [], [], []
+    values = []
+    for per_task in (outcomes_a, outcomes_b):
+        m = len(per_task)
+        pos = np.fromiter(map(index.get, per_task, repeat(-1)), dtype=np.int64, count=m)
+        try:
+            val = np.fromiter(per_task.values(), dtype=np.float64, count=m)
+        except (TypeError, ValueError):
+            return None
+        if m and (pos.min() < 0 or not (val.min() >= 0.0 and val.max() <= 1.0)):  # a NaN fails both
+            return None
+        y = np.full(n, np.nan)
+        y[pos] = val
+        t = np.zeros(n, dtype=np.int64)
+        t[pos] = 1
+        ys.append(y)
+        trials.append(t)
+        positions.append(pos)
+        values.append(val)
+    sequence = positions[0][trials[1][positions[0]] > 0]
+    binary = not any((v * (1.0 - v)).any() for v in values)  # on [0, 1], zero only at 0 and 1
+    return Observed(ys[0], ys[1], trials[0], trials[1], sequence, binary)
+
+
 @dataclass(frozen=True)
 class LiveSpec:
     """What to decide with: rule, threshold δ (percentage points), level ``a``, coverage
@@ -305,16 +339,18 @@ def make_live_spec(*, rule: str = "bootstrap", delta: float = 0.0, a: float = 0.
                     None if budget is None else float(budget), int(seed))
 
 
-def check_observed(spec: LiveSpec, observed: Observed, field: str = "observations") -> None:
+def check_observed(spec: LiveSpec, observed: Observed, field: str = "observations") -> int | None:
     """Input-dependent checks: mcnemar needs binary single-trial outcomes; the exact
-    bootstrap needs outcomes on a small grid of step 1/L (else give a finite ``bootstrap``)."""
+    bootstrap needs outcomes on a small grid of step 1/L (else give a finite ``bootstrap``).
+    Returns the lattice ``L`` of the observed outcomes (``None`` off a small lattice)."""
     if spec.rule == "mcnemar" and not observed.binary_single_trial:
         raise LiveError(field, "mcnemar needs binary (0/1) single-trial outcomes; these are fractional or repeated")
+    lat = _lattice(observed)
     if spec.rule == "bootstrap" and spec.bootstrap == "exact" and observed.k:
-        lat = _lattice(observed)
         if lat is None or 2 * lat * observed.k > R.MAX_FFT:
             raise LiveError("bootstrap", "the exact bootstrap needs outcomes on a small grid of step 1/L "
                                          "(e.g. 0/1 or fractions of a few trials); give a number of resamples")
+    return lat
 
 
 # ----------------------------------------------------------------------------- decision
@@ -322,7 +358,7 @@ def check_observed(spec: LiveSpec, observed: Observed, field: str = "observation
 
 def _lattice(observed: Observed) -> int | None:
     seq = observed.sequence
-    if not len(seq):
+    if not len(seq) or observed.binary_single_trial:
         return 1
     values = np.concatenate([observed.y_a[seq], observed.y_b[seq]])
     if np.array_equal(values, np.round(values)):  # 0/1 outcomes: the common case, no search
@@ -394,8 +430,8 @@ def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
     kk = np.array(k)
     pos = R.above(np.array(v.sum()), kk, spec.theta, lattice)
     c = R.bootstrap_threshold(spec.theta, kk, lattice)
-    n_plus, n_minus = int((v == 1).sum()), int((v == -1).sum())
-    if n_plus + n_minus + int((v == 0).sum()) == k:  # 0/1 data: the replay's memoised trinomial tail
+    n_plus, n_minus = int(np.count_nonzero(v == 1)), int(np.count_nonzero(v == -1))
+    if n_plus + n_minus + int(np.count_nonzero(v == 0)) == k:  # 0/1 data: the replay's memoised trinomial tail
         p_low = float(R.tail_binary(kk, n_plus, n_minus, c)[0])
     else:
         vals, counts = np.unique(v, return_counts=True)
@@ -413,13 +449,12 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
     default a seeded shuffle of the universe). ``fixed_checkpoint`` suppresses the optional
     stopping warning (sessions evaluate fixed-sample rules only at declared checkpoints).
     """
-    check_observed(spec, observed)
+    lattice = check_observed(spec, observed)
     n = universe.n
     n_g = universe.n_g
     seq = observed.sequence
     k = len(seq)
     d = observed.y_a[seq] - observed.y_b[seq]
-    lattice = _lattice(observed)
     labels_seq = universe.labels[seq]
     counts_g = np.bincount(labels_seq, minlength=len(n_g))
     req = required(spec.floor, k, n_g)
@@ -451,12 +486,12 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
     has_b = observed.trials_b > 0
     observed_mask = np.zeros(n, dtype=bool)
     observed_mask[seq] = True
-    m = float(d.mean()) if k else None
+    m = float(d.sum()) / k if k else None  # as d.mean(): numpy's mean is this sum over k
     groups = [
-        {"group": universe.group_names[g], "n": int(n_g[g]), "required": int(req[g]), "observed": int(counts_g[g]),
-         "missing": int(max(0, req[g] - counts_g[g]))}
-        for g in range(len(n_g))
+        {"group": name, "n": size, "required": r, "observed": c, "missing": max(0, r - c)}
+        for name, size, r, c in zip(universe.group_names, n_g.tolist(), req.tolist(), counts_g.tolist(), strict=True)
     ]
+    a_wins, b_wins = int(np.count_nonzero(d > R.TOL)), int(np.count_nonzero(d < -R.TOL))
     k_cap = budget_k(spec.budget, n) if spec.budget is not None else n
     out: dict[str, object] = {
         "decision": DECISIONS[decision],
@@ -471,12 +506,12 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
         "a": spec.a,
         "counts": {
             "observed": k,
-            "a_wins": int((d > R.TOL).sum()),
-            "b_wins": int((d < -R.TOL).sum()),
-            "ties": int((np.abs(d) <= R.TOL).sum()),
-            "a_only": int((has_a & ~has_b).sum()),
-            "b_only": int((has_b & ~has_a).sum()),
-            "pending": int(((has_a | has_b) & ~observed_mask).sum()),
+            "a_wins": a_wins,
+            "b_wins": b_wins,
+            "ties": k - a_wins - b_wins,
+            "a_only": int(np.count_nonzero(has_a & ~has_b)),
+            "b_only": int(np.count_nonzero(has_b & ~has_a)),
+            "pending": int(np.count_nonzero((has_a | has_b) & ~observed_mask)),
             "unobserved": int(n - k),
         },
         "statistic": statistic,

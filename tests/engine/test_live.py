@@ -12,6 +12,8 @@ from service.engine import rules as R
 from service.engine.live import (
     LiveError,
     aggregate,
+    aggregate_columns,
+    aggregate_single,
     live_decision,
     live_from_arrays,
     make_live_spec,
@@ -251,6 +253,44 @@ def test_input_errors_name_the_field() -> None:
     repeated = aggregate(u, [("A", "x", 0, 1.0), ("B", "x", 0, 1.0), ("A", "x", 1, 0.0)], ("A", "B"))
     with pytest.raises(LiveError):
         live_decision(u, repeated, make_live_spec(rule="mcnemar"))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compact_fast_path_equals_the_general_aggregation(seed: int) -> None:
+    """``aggregate_single`` (one outcome per task, in the order of A's keys) gives exactly
+    what ``aggregate_columns`` gives for the same rows, or ``None`` whenever the general path
+    would raise, so that the general path can name the offending entry."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    ids = [f"t{i}" for i in range(n)]
+    u = make_universe(ids, [f"g{int(g)}" for g in rng.integers(0, 3, n)])
+    values = [0.0, 1.0] if seed % 2 else [0.0, 0.25, 0.5, 1.0]
+
+    def outcomes() -> dict[str, float]:
+        picked = rng.permutation(n)[: int(rng.integers(0, n + 1))]
+        return {ids[i]: float(rng.choice(values)) for i in picked}
+
+    a, b = outcomes(), outcomes()
+    if seed % 5 == 0 and a:  # something the general path rejects
+        bad = rng.choice(["unknown", "above", "nan"])
+        key = next(iter(a))
+        if bad == "unknown":
+            a["nope"] = 1.0
+        else:
+            a[key] = 1.5 if bad == "above" else float("nan")
+    cols = [(s, t, 0, y) for s, per in (("A", a), ("B", b)) for t, y in per.items()]
+    fast = aggregate_single(u, a, b)
+    try:
+        general = aggregate_columns(u, *([list(c) for c in zip(*cols, strict=True)] if cols else [[]] * 4),
+                                    ("A", "B"), order=list(a))
+    except LiveError:
+        assert fast is None
+        return
+    assert fast is not None
+    for name in ("y_a", "y_b", "trials_a", "trials_b", "sequence"):
+        got, want = getattr(fast, name), getattr(general, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), name
+    assert fast.binary_single_trial == general.binary_single_trial
 
 
 def test_trials_are_averaged_and_a_task_counts_once_complete() -> None:
