@@ -8,6 +8,7 @@ command gives a working service.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 from collections.abc import AsyncIterator
@@ -29,22 +30,34 @@ from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, 
 log = logging.getLogger(__name__)
 
 ROUTERS = (
+    "service.decisions.router",
+    "service.sessions.router",
     "service.datasets.router",
     "service.replays.router",
     "service.stats.router",
     "service.reports.router",
     "service.reports.pages",
-    "service.decisions.router",
-    "service.sessions.router",
     "service.auth.router",
 )
-"""Modules exposing ``router``; a domain adds itself here (missing modules are skipped)."""
+"""Modules exposing ``router``; a domain adds itself here (missing modules are skipped).
+Routes are matched in this order, one router after another, so the endpoints harnesses call
+after every task come first (the paths do not overlap, so the order changes nothing else)."""
 
 
 def build_runner(settings: Settings, ctx: TaskContext) -> JobRunner:
     if settings.broker_url:
         return CeleryRunner(settings)
     return InProcessRunner(ctx, settings.runner_threads)
+
+
+def freeze_startup_objects() -> None:
+    """Move every object that exists after start-up (modules, the app, SQLAlchemy and
+    pydantic metadata: about 150,000 of them) out of the cyclic garbage collector's reach.
+    They live as long as the process; left in the oldest generation, each full collection
+    walks them all, a pause of about 0.1 s that lands on whatever requests are in flight
+    (it was most of the p99 and max latency of the decision endpoint under load)."""
+    gc.collect()
+    gc.freeze()
 
 
 @asynccontextmanager
@@ -70,6 +83,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resumed = resume_all(ctx)
         if resumed:
             log.info("resumed %d unfinished replay(s)", resumed)
+    freeze_startup_objects()
     try:
         yield
     finally:
