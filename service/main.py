@@ -55,9 +55,19 @@ def freeze_startup_objects() -> None:
     pydantic metadata: about 150,000 of them) out of the cyclic garbage collector's reach.
     They live as long as the process; left in the oldest generation, each full collection
     walks them all, a pause of about 0.1 s that lands on whatever requests are in flight
-    (it was most of the p99 and max latency of the decision endpoint under load)."""
+    (it was most of the p99 and max latency of the decision endpoint under load).
+
+    Once per process: frozen objects that later become cyclic garbage are never freed, and a
+    test process builds hundreds of apps."""
+    global _FROZEN
+    if _FROZEN:
+        return
+    _FROZEN = True
     gc.collect()
     gc.freeze()
+
+
+_FROZEN = False
 
 
 @asynccontextmanager
