@@ -54,8 +54,8 @@ def freeze_startup_objects() -> None:
     """Move every object that exists after start-up (modules, the app, SQLAlchemy and
     pydantic metadata: about 150,000 of them) out of the cyclic garbage collector's reach.
     They live as long as the process; left in the oldest generation, each full collection
-    walks them all, a pause of about 0.1 s that lands on whatever requests are in flight
-    (it was most of the p99 and max latency of the decision endpoint under load).
+    walks them all, a pause of about 0.1 s on the development machine that lands on
+    whatever requests are in flight (the 100-150 ms maxima of the load benchmark).
 
     Once per process: frozen objects that later become cyclic garbage are never freed, and a
     test process builds hundreds of apps."""
