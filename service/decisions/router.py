@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from service.decisions import service
@@ -53,5 +52,6 @@ async def create_decision(request: Request) -> Response:
         out = service.decide(None, body)
     else:
         out = await run_in_threadpool(service.decide, request.app.state.sessionmaker, body)
-    content = json.dumps(out, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
-    return Response(content=content, media_type="application/json")
+    # pydantic-core's encoder: a third of json.dumps's time here. The engine emits only JSON
+    # types and UUIDs (non-finite floats are already None), so anything else fails loudly.
+    return Response(content=to_json(out), media_type="application/json")
