@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (needs a broker if > 1)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="uvicorn worker processes, each with its own listening socket on Linux (needs a broker if > 1)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -23,7 +24,11 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.config import Settings
+    from service.serving import Supervisor, reuseport_spreads
 
+    if args.workers < 1:
+        print("sufficiency serve: --workers must be at least 1", file=sys.stderr)
+        return 2
     settings = Settings()
     if args.workers > 1 and not settings.broker_url:
         print(
@@ -37,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     warning = exposure_warning(args.host, settings)
     if warning:
         print(warning, file=sys.stderr)
+    if args.workers > 1 and reuseport_spreads():
+        return Supervisor(args.host, args.port, args.workers, args.log_level).run()
     uvicorn.run(
         "service.main:create_app",
         factory=True,

@@ -1,0 +1,132 @@
+"""``sufficiency serve --workers N``: one listening socket per worker (service/serving.py).
+
+Real processes on loopback: connections opened in a burst reach every worker, a killed
+worker is replaced, SIGTERM stops everything, and a port in use is refused with a message.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.serving import reuseport_spreads
+from tests.service import procs
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not reuseport_spreads(), reason="one socket per worker is Linux only"),
+]
+
+
+def workers_of(pid: int) -> list[int]:
+    """Worker processes of the supervisor (its children that serve: not the resource tracker)."""
+    out = []
+    for child in Path(f"/proc/{pid}/task").glob("*/children"):
+        for c in child.read_text().split():
+            try:
+                if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text():
+                    out.append(int(c))
+            except OSError:
+                pass
+    return sorted(out)
+
+
+def connections_per_process(port: int, pids: list[int]) -> Counter[int]:
+    """Established server-side connections on ``port``, counted by the process that owns them
+    (socket inodes from /proc/net/tcp matched against each process's descriptors)."""
+    inode_port: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == "01" and local_port == port:  # ESTABLISHED, our side
+                inode_port[fields[9]] = local_port
+    counts: Counter[int] = Counter()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inode_port:
+                counts[pid] += 1
+    return counts
+
+
+def wait_for(predicate, timeout: float = 30.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise TimeoutError("condition not met in time")
+
+
+def test_workers_share_connections_restart_and_stop(redis_broker: tuple[str, str], tmp_path: Path) -> None:
+    broker, queue = redis_broker
+    env = procs.env_for(data_dir=tmp_path / "data", broker_url=broker, celery_queue=queue, migrate_on_start="false")
+    migrate = subprocess.run([sys.executable, "-c", procs.BOOT, "migrate"], cwd=procs.REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert migrate.returncode == 0, migrate.stderr
+    port = procs.free_port()
+    log = tmp_path / "serve.log"
+    api = procs.start(["serve", "--port", str(port), "--workers", "2", "--log-level", "warning"], env, log)
+    try:
+        procs.wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60, proc=api)
+        wait_for(lambda: len(workers_of(api.pid)) == 2)
+        workers = workers_of(api.pid)
+        # 32 connections at once, each kept open after one request: the kernel spreads
+        # them over both sockets (all 32 on one worker has probability 2^-31).
+        conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(32)]
+        try:
+            for c in conns:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            for c in conns:
+                assert c.recv(4096).startswith(b"HTTP/1.1 200")
+            split = connections_per_process(port, workers)
+        finally:
+            for c in conns:
+                c.close()
+        assert sum(split.values()) == 32 and len(split) == 2, split
+        assert max(split.values()) <= 28, split
+
+        os.kill(workers[0], signal.SIGKILL)
+        wait_for(lambda: len(workers_of(api.pid)) == 2 and workers[0] not in workers_of(api.pid))
+        replacement = next(p for p in workers_of(api.pid) if p not in workers)
+        assert "starting another" in log.read_text()
+        # Every request is answered, by both the survivor and the replacement.
+        wait_for(lambda: all(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+                             for _ in range(20)))
+
+        os.kill(api.pid, signal.SIGTERM)  # the supervisor only: it stops its workers
+        assert api.wait(timeout=30) == 0
+        for pid in (workers[1], replacement):
+            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    finally:
+        procs.stop(api)
+
+
+def test_a_port_in_use_is_refused(redis_broker: tuple[str, str], tmp_path: Path) -> None:
+    broker, queue = redis_broker
+    env = procs.env_for(data_dir=tmp_path / "data", broker_url=broker, celery_queue=queue)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        run = subprocess.run([sys.executable, "-c", procs.BOOT, "serve", "--port", str(port), "--workers", "2"],
+                             cwd=procs.REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert f"cannot bind 127.0.0.1:{port}" in run.stderr
