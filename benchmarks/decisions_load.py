@@ -1,9 +1,12 @@
 """Load test of ``POST /v1/decisions`` against a trivial endpoint of the same app.
 
     .venv/bin/python benchmarks/decisions_load.py [--requests 10000] [--concurrency 32] [--clients 2] [--rounds 3]
+        [--server serve|uvicorn]
 
-Starts uvicorn with 2 workers on 127.0.0.1 (embedded SQLite in a temporary directory,
-migrated once before the workers start), then sends ``--requests`` requests over
+Starts ``sufficiency serve --workers 2`` on 127.0.0.1 (uvicorn workers, each with its own
+listening socket; ``--server uvicorn`` runs ``uvicorn --workers 2`` instead, whose workers
+share one socket), on embedded SQLite in a temporary directory migrated once before the
+workers start (``serve`` also needs a Redis broker to start several workers), then sends ``--requests`` requests over
 ``--concurrency`` keep-alive connections (split over ``--clients`` load processes, plain
 HTTP/1.1 on asyncio streams) to ``GET /healthz`` and then to ``POST /v1/decisions`` with a
 500-task universe in 12 groups, about half of it observed for A and B (stratified, coverage
@@ -144,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=2, help="load-generating processes")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
     parser.add_argument("--rounds", type=int, default=3, help="healthz / decisions phase pairs")
+    parser.add_argument("--server", choices=("serve", "uvicorn"), default="serve",
+                        help="`sufficiency serve` (uvicorn workers with a listening socket each) or "
+                             "`uvicorn --workers` (one socket shared by the workers)")
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/14", help="for --server serve")
     args = parser.parse_args(argv)
 
     body = json.dumps(decision_body()).encode()
@@ -151,18 +158,25 @@ def main(argv: list[str] | None = None) -> int:
     rounds: list[dict[str, dict]] = []
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        env = procs.env_for(data_dir=tmp / "data", migrate_on_start="false")
+        # serve --workers > 1 wants a broker (replays must not run in every worker); nothing
+        # is submitted here, so Redis only has to answer.
+        env = procs.env_for(data_dir=tmp / "data", migrate_on_start="false",
+                            broker_url=args.broker if args.server == "serve" else None)
         subprocess.run([sys.executable, "-c", procs.BOOT, "migrate"], cwd=REPO, env=env, check=True,
                        capture_output=True, timeout=120)
         port = procs.free_port()
         base = f"http://127.0.0.1:{port}"
-        log = tmp / "uvicorn.log"
+        log = tmp / "server.log"
+        if args.server == "serve":
+            command = [sys.executable, "-c", procs.BOOT, "serve", "--host", "127.0.0.1", "--port", str(port),
+                       "--workers", str(args.workers), "--log-level", "warning"]
+        else:
+            command = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host",
+                       "127.0.0.1", "--port", str(port), "--workers", str(args.workers), "--log-level", "warning",
+                       "--no-access-log"]
         with open(log, "ab") as fh:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--host", "127.0.0.1",
-                 "--port", str(port), "--workers", str(args.workers), "--log-level", "warning", "--no-access-log"],
-                cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            server = subprocess.Popen(command, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
         try:
             procs.wait_http(f"{base}/healthz", timeout=60, proc=server)
             first = httpx.post(f"{base}/v1/decisions", content=body, headers={"content-type": "application/json"},
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                     rounds.append(this)
         finally:
             procs.stop(server)
-    print(f"uvicorn --workers {args.workers} on 127.0.0.1; {args.concurrency} connections over {args.clients} "
+    server_name = "sufficiency serve" if args.server == "serve" else "uvicorn"
+    print(f"{server_name} --workers {args.workers} on 127.0.0.1; {args.concurrency} connections over {args.clients} "
           f"client process(es); {args.requests} requests per endpoint and round, {args.rounds} rounds")
     print(f"decision: N={answer['N']} groups={len(answer['coverage']['groups'])} k={answer['k']} "
           f"rule={answer['rule']} -> {answer['decision']} ({answer['reason']}); body {len(body)} bytes, "
