@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -42,6 +43,13 @@ def run(args: argparse.Namespace) -> int:
     warning = exposure_warning(args.host, settings)
     if warning:
         print(warning, file=sys.stderr)
+    if args.workers > 1 and settings.should_migrate_on_start:
+        # Once, here: workers that each migrate a fresh SQLite file at start-up race for its
+        # lock, and the loser fails to start. The workers inherit the environment.
+        from service.db import run_migrations
+
+        run_migrations(settings.sqlalchemy_url, settings.migrations_dir)
+        os.environ["SUFFICIENCY_MIGRATE_ON_START"] = "false"
     if args.workers > 1 and reuseport_spreads():
         return Supervisor(args.host, args.port, args.workers, args.log_level).run()
     uvicorn.run(

@@ -77,10 +77,9 @@ def wait_for(predicate, timeout: float = 30.0) -> None:  # noqa: ANN001
 
 def test_workers_share_connections_restart_and_stop(redis_broker: tuple[str, str], tmp_path: Path) -> None:
     broker, queue = redis_broker
-    env = procs.env_for(data_dir=tmp_path / "data", broker_url=broker, celery_queue=queue, migrate_on_start="false")
-    migrate = subprocess.run([sys.executable, "-c", procs.BOOT, "migrate"], cwd=procs.REPO, env=env,
-                             capture_output=True, text=True, timeout=120)
-    assert migrate.returncode == 0, migrate.stderr
+    # A fresh SQLite file, migrated on start (the embedded default): by serve, once, before
+    # the workers start (each migrating it at once lost a race for its lock, 1 start in 4).
+    env = procs.env_for(data_dir=tmp_path / "data", broker_url=broker, celery_queue=queue)
     port = procs.free_port()
     log = tmp_path / "serve.log"
     api = procs.start(["serve", "--port", str(port), "--workers", "2", "--log-level", "warning"], env, log)
@@ -88,6 +87,9 @@ def test_workers_share_connections_restart_and_stop(redis_broker: tuple[str, str
         procs.wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60, proc=api)
         wait_for(lambda: len(workers_of(api.pid)) == 2)
         workers = workers_of(api.pid)
+        for pid in workers:
+            assert b"SUFFICIENCY_MIGRATE_ON_START=false" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()["checks"]["database"] == "ok"
         # 32 connections at once, each kept open after one request: the kernel spreads
         # them over both sockets (all 32 on one worker has probability 2^-31).
         conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(32)]
