@@ -15,7 +15,6 @@ bind, or the app's start-up fails) or keeps dying.
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import signal
 import socket
@@ -23,8 +22,6 @@ import sys
 import time
 from multiprocessing.connection import wait
 from types import FrameType
-
-log = logging.getLogger("sufficiency.serve")
 
 APP = "service.main:create_app"
 STARTUP_FAILURE = 3
@@ -38,8 +35,8 @@ def reuseport_spreads() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
-def reuseport_socket(host: str, port: int, *, listen: bool = True, reuseport: bool = True) -> socket.socket:
-    """A TCP socket bound to ``host:port`` with ``SO_REUSEPORT`` (listening unless told not)."""
+def bound_socket(host: str, port: int, *, reuseport: bool = True, listen: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host:port``, with ``SO_REUSEPORT`` and listening unless told not."""
     family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                       flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
@@ -60,7 +57,7 @@ def _worker(host: str, port: int, log_level: str) -> None:
     import uvicorn
 
     try:
-        sock = reuseport_socket(host, port)
+        sock = bound_socket(host, port)
     except OSError as exc:
         print(f"sufficiency serve: worker cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
@@ -90,11 +87,11 @@ class Supervisor:
         try:
             # A plain bind first: SO_REUSEPORT would let us join another server of this user
             # that already listens here (an earlier `serve` left running) and share its port.
-            with reuseport_socket(self.host, self.port, listen=False, reuseport=False) as probe:
+            with bound_socket(self.host, self.port, listen=False, reuseport=False) as probe:
                 self.port = probe.getsockname()[1]  # resolves port 0
             # Bound, never listening: holds the port across worker restarts (it takes no
             # connections; only listening sockets of the group do).
-            anchor = reuseport_socket(self.host, self.port, listen=False)
+            anchor = bound_socket(self.host, self.port, listen=False)
         except OSError as exc:
             print(f"sufficiency serve: cannot bind {self.host}:{self.port}: {exc.strerror}", file=sys.stderr)
             return 1
