@@ -11,11 +11,15 @@ import contextlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -78,6 +82,12 @@ def make_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10, busy_ti
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(IMMEDIATE) else "BEGIN")
 
     return engine
+
+
+def engine_for(settings: Settings) -> Engine:
+    """``make_engine`` with the pool and SQLite lock settings of ``settings``."""
+    return make_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size,
+                       max_overflow=settings.db_max_overflow, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -23,7 +23,7 @@ from service import __version__
 from service.auth.middleware import install_trust
 from service.auth.ownership import bind_owner_scope
 from service.config import Settings
-from service.db import make_engine, make_sessionmaker, run_migrations
+from service.db import engine_for, make_sessionmaker, run_migrations
 from service.errors import ErrorBody, install_handlers
 from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, bind_runner
 
@@ -75,12 +75,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     if settings.should_migrate_on_start:
         run_migrations(settings.sqlalchemy_url, settings.migrations_dir)
-    engine = make_engine(
-        settings.sqlalchemy_url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
-        busy_timeout_ms=settings.sqlite_busy_timeout_ms,
-    )
+    engine = engine_for(settings)
     factory = make_sessionmaker(engine)
     bind_owner_scope(factory)
     ctx = TaskContext(settings=settings, sessionmaker=factory)

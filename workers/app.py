@@ -23,7 +23,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from service.config import Settings
-from service.db import make_engine, make_sessionmaker
+from service.db import engine_for, make_sessionmaker
 from service.jobs import TASKS, CeleryRunner, TaskContext, bind_runner, is_transient, load_tasks, make_celery
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,7 @@ class _ProcessState:
                 if self.null_pool and not s.is_sqlite:
                     engine = create_engine(s.sqlalchemy_url, poolclass=NullPool)
                 else:
-                    engine = make_engine(
-                        s.sqlalchemy_url,
-                        pool_size=s.db_pool_size,
-                        max_overflow=s.db_max_overflow,
-                        busy_timeout_ms=s.sqlite_busy_timeout_ms,
-                    )
+                    engine = engine_for(s)
                 factory = make_sessionmaker(engine)
                 bind_runner(factory, CeleryRunner(s))
                 self._ctx = TaskContext(settings=s, sessionmaker=factory)
