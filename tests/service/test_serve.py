@@ -28,15 +28,19 @@ pytestmark = [
 
 
 def workers_of(pid: int) -> list[int]:
-    """Worker processes of the supervisor (its children that serve: not the resource tracker)."""
+    """Worker processes of the supervisor: its children that serve (not the resource tracker).
+
+    Parents are read from every ``/proc/<pid>/stat``; ``/proc/<pid>/task/*/children`` can miss
+    a child while another is being created or reaped (the kernel documents it as unreliable).
+    """
     out = []
-    for child in Path(f"/proc/{pid}/task").glob("*/children"):
-        for c in child.read_text().split():
-            try:
-                if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text():
-                    out.append(int(c))
-            except OSError:
-                pass
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and "spawn_main" in (stat.parent / "cmdline").read_text():
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
     return sorted(out)
 
 
@@ -66,13 +70,20 @@ def connections_per_process(port: int, pids: list[int]) -> Counter[int]:
     return counts
 
 
-def wait_for(predicate, timeout: float = 30.0) -> None:  # noqa: ANN001
+def wait_for(probe, timeout: float = 30.0):  # noqa: ANN001, ANN201
+    """The first truthy value ``probe()`` returns within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        if value := probe():
+            return value
         time.sleep(0.1)
     raise TimeoutError("condition not met in time")
+
+
+def two_workers(pid: int, without: int | None = None) -> list[int] | None:
+    """One snapshot of the workers when there are two of them (and ``without`` is not one)."""
+    workers = workers_of(pid)
+    return workers if len(workers) == 2 and without not in workers else None
 
 
 def test_workers_share_connections_restart_and_stop(redis_broker: tuple[str, str], tmp_path: Path) -> None:
@@ -85,8 +96,7 @@ def test_workers_share_connections_restart_and_stop(redis_broker: tuple[str, str
     api = procs.start(["serve", "--port", str(port), "--workers", "2", "--log-level", "warning"], env, log)
     try:
         procs.wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60, proc=api)
-        wait_for(lambda: len(workers_of(api.pid)) == 2)
-        workers = workers_of(api.pid)
+        workers = wait_for(lambda: two_workers(api.pid))
         for pid in workers:
             assert b"SUFFICIENCY_MIGRATE_ON_START=false" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()["checks"]["database"] == "ok"
@@ -106,8 +116,10 @@ def test_workers_share_connections_restart_and_stop(redis_broker: tuple[str, str
         assert max(split.values()) <= 28, split
 
         os.kill(workers[0], signal.SIGKILL)
-        wait_for(lambda: len(workers_of(api.pid)) == 2 and workers[0] not in workers_of(api.pid))
-        replacement = next(p for p in workers_of(api.pid) if p not in workers)
+        # One snapshot: the survivor and one new worker (the killed one is gone or a zombie,
+        # whose empty command line does not match).
+        now = wait_for(lambda: two_workers(api.pid, without=workers[0]))
+        (replacement,) = set(now) - set(workers)
         assert "starting another" in log.read_text()
         # Every request is answered, by both the survivor and the replacement.
         wait_for(lambda: all(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
