@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 from threading import Lock
 from typing import Any
 
@@ -47,6 +48,7 @@ def resolve_rule(opts: RuleOptions, default_rule: str) -> RuleChoice:
     return rule_choice(opts.policy, opts.rule, opts.coverage_aware, default_rule)
 
 
+@lru_cache(maxsize=256)
 def rule_choice(policy_name: str | None, rule: str | None, coverage_aware: bool | None,
                 default_rule: str) -> RuleChoice:
     if policy_name is not None:
@@ -68,8 +70,21 @@ def rule_choice(policy_name: str | None, rule: str | None, coverage_aware: bool 
 
 def live_spec(opts: RuleOptions, choice: RuleChoice, *, budgets: list[float] | None, budget: float | None,
               seed: int) -> LiveSpec:
-    return make_live_spec(rule=choice.rule, delta=opts.delta, a=opts.a, floor=opts.floor, bootstrap=opts.bootstrap,
-                          coverage_aware=choice.coverage_aware, budgets=budgets, budget=budget, seed=seed)
+    # The key carries each value's type: 1 == 1.0 == True would otherwise share an entry
+    # (make_live_spec refuses a boolean bootstrap that an integer of the same value passes).
+    key = tuple((type(v), v) for v in (choice.rule, opts.delta, opts.a, opts.floor, opts.bootstrap,
+                                        choice.coverage_aware, budget, seed))
+    grid = None if budgets is None else tuple((type(b), b) for b in budgets)
+    return _live_spec(key, grid)
+
+
+@lru_cache(maxsize=256)
+def _live_spec(key: tuple[tuple[type, Any], ...], grid: tuple[tuple[type, Any], ...] | None) -> LiveSpec:
+    """``make_live_spec`` once per distinct set of options: a harness sends the same ones on
+    every call, and checking them costs as much as aggregating a few hundred outcomes."""
+    rule, delta, a, floor, bootstrap, coverage_aware, budget, seed = (v for _, v in key)
+    return make_live_spec(rule=rule, delta=delta, a=a, floor=floor, bootstrap=bootstrap, coverage_aware=coverage_aware,
+                          budgets=None if grid is None else [b for _, b in grid], budget=budget, seed=seed)
 
 
 _UNIVERSES: OrderedDict[tuple[uuid.UUID, str | None], Universe] = OrderedDict()

@@ -34,7 +34,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import repeat
 
 import numpy as np
@@ -94,6 +94,20 @@ class Universe:
     @cached_property
     def n_g(self) -> np.ndarray:
         return np.bincount(self.labels, minlength=len(self.group_names))
+
+    def required(self, floor: str, k: int) -> np.ndarray:
+        """``coverage.required(floor, k, n_g)``, kept per ``(floor, k)``: the universe outlives
+        the request (it is cached by content), and the floor is asked for after every task.
+        Read-only: the same array is returned every time."""
+        cache = self.__dict__.setdefault("_required", {})
+        hit = cache.get((floor, k))
+        if hit is None:
+            hit = required(floor, k, self.n_g)
+            hit.flags.writeable = False
+            if len(cache) * len(hit) > 1_000_000:  # a huge universe asked at many k: start over
+                cache.clear()
+            cache[(floor, k)] = hit
+        return hit
 
     def priority(self, seed: int = 0) -> np.ndarray:
         """``default_priority`` for this universe, kept (a harness asks again and again)."""
@@ -427,10 +441,13 @@ def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
     which costs more than the whole exact tail for a few hundred 0/1 outcomes."""
     k = len(d)
     v = np.round(d * lattice).astype(np.int64)
+    n_plus, n_minus = int(np.count_nonzero(v == 1)), int(np.count_nonzero(v == -1))
+    if lattice == 1 and spec.bootstrap == "exact" and n_plus + n_minus + int(np.count_nonzero(v == 0)) == k:
+        dec, stat = _exact_binary_verdict(k, n_plus, n_minus, spec.theta, spec.a)
+        return dec, dict(stat)
     kk = np.array(k)
     pos = R.above(np.array(v.sum()), kk, spec.theta, lattice)
     c = R.bootstrap_threshold(spec.theta, kk, lattice)
-    n_plus, n_minus = int(np.count_nonzero(v == 1)), int(np.count_nonzero(v == -1))
     if n_plus + n_minus + int(np.count_nonzero(v == 0)) == k:  # 0/1 data: the replay's memoised trinomial tail
         p_low = float(R.tail_binary(kk, n_plus, n_minus, c)[0])
     else:
@@ -438,6 +455,20 @@ def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
         p_low = float(R.tail_lattice(counts[None, :], vals, np.atleast_1d(c))[0])
     u = None if spec.bootstrap == "exact" else rng.random()  # type: ignore[union-attr]
     dec = int(R.bootstrap_from_tail(np.array(p_low), np.array(pos), spec.a, spec.bootstrap, u))
+    return dec, {"p_low": _clean(p_low), "p_high": _clean(1.0 - p_low)}
+
+
+@lru_cache(maxsize=65536)
+def _exact_binary_verdict(k: int, n_plus: int, n_minus: int, theta: float, a: float) -> tuple[int, dict[str, object]]:
+    """``_bootstrap_on_lattice`` for 0/1 outcomes and the exact bootstrap, whose verdict
+    depends on the counts alone: a harness deciding after every task meets the same
+    ``(k, n+, n-)`` again and again, and the kernels cost more on one case than a look-up.
+    The statistic dict is shared between calls: copy it before handing it out."""
+    kk = np.array(k)
+    pos = R.above(np.array(n_plus - n_minus), kk, theta, 1)
+    c = R.bootstrap_threshold(theta, kk, 1)
+    p_low = float(R.tail_binary(kk, n_plus, n_minus, c)[0])
+    dec = int(R.bootstrap_from_tail(np.array(p_low), np.array(pos), a, "exact"))
     return dec, {"p_low": _clean(p_low), "p_high": _clean(1.0 - p_low)}
 
 
@@ -457,7 +488,7 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
     d = observed.y_a[seq] - observed.y_b[seq]
     labels_seq = universe.labels[seq]
     counts_g = np.bincount(labels_seq, minlength=len(n_g))
-    req = required(spec.floor, k, n_g)
+    req = universe.required(spec.floor, k)
     feasible = bool(req.sum() <= k)
     met = feasible and bool(np.all(counts_g >= req))
 

@@ -344,3 +344,27 @@ def test_bootstrap_verdict_equals_rules_decide(resamples: int | str) -> None:
         got, stat = _bootstrap_on_lattice(spec, d, lat, np.random.default_rng([i, 1]))
         ref = R.decide("bootstrap", d, spec.theta, spec.a, resamples, n=200, rng=np.random.default_rng([i, 1]))
         assert got == ref.decision and stat["p_low"] == pytest.approx(ref.statistic["p_low"], abs=1e-11)
+
+
+def test_memoised_pieces_equal_a_fresh_computation_and_are_not_shared_mutably() -> None:
+    """The per-universe floor memo and the exact 0/1 verdict memo give what the kernels give
+    on a first call, on every later call too, and hand out nothing a caller can corrupt."""
+    from service.engine.coverage import FLOORS, required
+    from service.engine.live import _bootstrap_on_lattice, _exact_binary_verdict
+
+    rng = np.random.default_rng(4)
+    groups = [f"g{int(g)}" for g in rng.integers(0, 5, 80)]
+    u = make_universe([f"t{i}" for i in range(80)], groups)
+    for floor in FLOORS:
+        for k in (0, 1, 7, 40, 80, 7):
+            got = u.required(floor, k)
+            assert np.array_equal(got, required(floor, k, u.n_g)) and not got.flags.writeable
+    _exact_binary_verdict.cache_clear()
+    spec = make_live_spec(rule="bootstrap", delta=0)
+    d = rng.integers(0, 2, 60) - rng.integers(0, 2, 60).astype(float)
+    first = _bootstrap_on_lattice(spec, d, 1, None)
+    first[1]["p_low"] = -1.0  # a caller changing its copy
+    again = _bootstrap_on_lattice(spec, d, 1, None)
+    assert _exact_binary_verdict.cache_info().hits == 1
+    ref = R.decide("bootstrap", d, spec.theta, spec.a, "exact", n=200)
+    assert again[0] == ref.decision and again[1]["p_low"] == pytest.approx(ref.statistic["p_low"], abs=1e-11)

@@ -133,3 +133,19 @@ def test_dataset_universe_and_calibration_from_a_finished_replay(client: TestCli
     assert missing.status_code == 404
     both = {**body, "universe": {"task_ids": IDS}}
     assert _field(client.post("/v1/decisions", json=both)) == "universe"
+
+
+def test_the_options_cache_keeps_equal_values_of_different_types_apart() -> None:
+    """``live_spec`` keeps checked options by value *and* type: ``bootstrap=True`` must still
+    be refused after ``bootstrap=1`` was accepted (1 == True in Python)."""
+    from service.decisions import service
+    from service.decisions.schemas import DecisionCreate
+    from service.engine.live import LiveError
+
+    ok = DecisionCreate(bootstrap=1)
+    choice = service.resolve_rule(ok, "bootstrap")
+    assert service.live_spec(ok, choice, budgets=None, budget=None, seed=0).bootstrap == 1
+    bad = DecisionCreate.model_construct(**{**ok.model_dump(), "bootstrap": True})
+    with pytest.raises(LiveError, match="bootstrap"):
+        service.live_spec(bad, choice, budgets=None, budget=None, seed=0)
+    assert service.live_spec(ok, choice, budgets=[0.5, 1], budget=None, seed=0).budgets == (0.5, 1.0)
