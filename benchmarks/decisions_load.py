@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="`sufficiency serve` (uvicorn workers with a listening socket each) or "
                              "`uvicorn --workers` (one socket shared by the workers)")
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/14", help="for --server serve")
+    parser.add_argument("--fast-path", action=argparse.BooleanOptionalAction, default=True,
+                        help="answer inline decisions before FastAPI's routing (the default; "
+                             "--no-fast-path measures the FastAPI route alone)")
     args = parser.parse_args(argv)
 
     body = json.dumps(decision_body()).encode()
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_dir)
         # serve --workers > 1 wants a broker (replays must not run in every worker); nothing
         # is submitted here, so Redis only has to answer.
-        env = procs.env_for(data_dir=tmp / "data", migrate_on_start="false",
+        env = procs.env_for(data_dir=tmp / "data", migrate_on_start="false", decision_fast_path=args.fast_path,
                             broker_url=args.broker if args.server == "serve" else None)
         subprocess.run([sys.executable, "-c", procs.BOOT, "migrate"], cwd=REPO, env=env, check=True,
                        capture_output=True, timeout=120)
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             procs.stop(server)
     server_name = "sufficiency serve" if args.server == "serve" else "uvicorn"
     print(f"{server_name} --workers {args.workers} on 127.0.0.1; {args.concurrency} connections over {args.clients} "
-          f"client process(es); {args.requests} requests per endpoint and round, {args.rounds} rounds")
+          f"client process(es); {args.requests} requests per endpoint and round, {args.rounds} rounds; "
+          f"fast path {'on' if args.fast_path else 'off'}")
     print(f"decision: N={answer['N']} groups={len(answer['coverage']['groups'])} k={answer['k']} "
           f"rule={answer['rule']} -> {answer['decision']} ({answer['reason']}); body {len(body)} bytes, "
           f"response {len(first.content)} bytes")

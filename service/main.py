@@ -106,6 +106,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_handlers(app)
+    if settings.decision_fast_path:  # added first: the trust middleware wraps it
+        from service.decisions.fastpath import DecisionFastPath
+
+        app.add_middleware(DecisionFastPath)
     install_trust(app, settings)
     for name in ROUTERS:
         try:

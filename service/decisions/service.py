@@ -9,6 +9,7 @@ from functools import lru_cache
 from threading import Lock
 from typing import Any
 
+from pydantic_core import to_json
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.datasets import service as datasets
@@ -244,3 +245,12 @@ def decide(factory: sessionmaker[Session], body: DecisionCreate) -> dict[str, An
             return out
     except LiveError as exc:
         raise unprocessable(exc) from None
+
+
+def decision_json(factory: sessionmaker[Session] | None, body: DecisionCreate) -> bytes:
+    """``decide`` as the response bytes (the route and ``fastpath`` answer through this).
+
+    pydantic-core's encoder: a third of ``json.dumps``'s time here. The engine emits only
+    JSON types and UUIDs (non-finite floats are already None), so anything else fails
+    loudly instead of turning into a string."""
+    return to_json(decide(factory, body))  # type: ignore[arg-type]

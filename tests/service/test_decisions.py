@@ -149,3 +149,56 @@ def test_the_options_cache_keeps_equal_values_of_different_types_apart() -> None
     with pytest.raises(LiveError, match="bootstrap"):
         service.live_spec(bad, choice, budgets=None, budget=None, seed=0)
     assert service.live_spec(ok, choice, budgets=[0.5, 1], budget=None, seed=0).budgets == (0.5, 1.0)
+
+
+def test_the_fast_path_answers_byte_for_byte_as_the_route(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """``service.decisions.fastpath`` answers inline decisions before routing; for every kind
+    of request (decisions, errors, a dataset, a chunked body) the status, headers and bytes
+    equal those of the FastAPI route alone, and the route sees only what the fast path left."""
+    from service.decisions import router
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    routed = []
+    parse = router.decision_body
+
+    async def counting(request):  # noqa: ANN001, ANN202
+        routed.append(request.url.path)
+        return await parse(request)
+
+    monkeypatch.setattr(router, "decision_body", counting)
+    seq, ya, yb = _case(5)
+    valid = [_compact(seq, ya, yb, rule=r) for r in ("bootstrap", "anytime", "paired_normal", "serfling")]
+    valid += [_compact(seq[:3], ya[:3], yb[:3]), _compact(seq, ya, yb, rule="mcnemar"),
+              _compact(seq, ya, yb, bootstrap=50, seed=3)]
+    invalid = [{**valid[0], "rule": "majority"}, {**valid[0], "system_b": "A"}, {"outcomes": {}},
+               _compact(seq, [1.5] + ya[1:], yb), {**valid[0], "a": "x"},
+               {"dataset_id": "6f1c2a34-0000-4000-8000-000000000000", "outcomes": {}}]
+    requests = [json.dumps(b).encode() for b in valid + invalid] + [b"{", b"", b"[1, 2]"]
+    answers = {}
+    for fast in (True, False):
+        app = create_app(make_settings(data_dir=tmp_path / f"data-{fast}", decision_fast_path=fast))
+        with TestClient(app) as c:
+            got = [c.post("/v1/decisions", content=r, headers={"content-type": "application/json"})
+                   for r in requests]
+            half = len(requests[0]) // 2
+            got.append(c.post("/v1/decisions", content=iter([requests[0][:half], requests[0][half:]])))
+            got.append(c.post("/v1/decisions/", content=requests[0], follow_redirects=False))
+        answers[fast] = [(r.status_code, r.headers.multi_items(), r.content) for r in got]
+        if fast:  # only what the fast path left reached the route: the invalid bodies
+            assert len(routed) == len(invalid) + 3
+            routed.clear()
+    assert [a[0] for a in answers[True]][: len(valid)] == [200] * len(valid)
+    assert {a[0] for a in answers[True][len(valid): len(valid) + len(invalid) + 3]} == {404, 422}
+    assert answers[True] == answers[False]
+
+
+def test_the_fast_path_is_behind_authentication(tmp_path) -> None:  # noqa: ANN001
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    seq, ya, yb = _case(5)
+    app = create_app(make_settings(data_dir=tmp_path / "data", auth="required"))
+    with TestClient(app) as c:
+        r = c.post("/v1/decisions", json=_compact(seq, ya, yb))
+    assert r.status_code == 401 and r.headers["x-content-type-options"] == "nosniff"
