@@ -169,8 +169,11 @@ def test_the_fast_path_answers_byte_for_byte_as_the_route(tmp_path, monkeypatch)
     monkeypatch.setattr(router, "decision_body", counting)
     seq, ya, yb = _case(5)
     valid = [_compact(seq, ya, yb, rule=r) for r in ("bootstrap", "anytime", "paired_normal", "serfling")]
+    rows = [{"task_id": t, "system": s, "outcome": y} for t, a, b in zip(seq, ya, yb, strict=True)
+            for s, y in (("A", a), ("B", b))]
     valid += [_compact(seq[:3], ya[:3], yb[:3]), _compact(seq, ya, yb, rule="mcnemar"),
-              _compact(seq, ya, yb, bootstrap=50, seed=3)]
+              _compact(seq, ya, yb, bootstrap=50, seed=3), _compact(seq, ya, yb, order=seq[::-1], rule="anytime"),
+              {"universe": {"task_ids": IDS, "groups": GROUPS}, "observations": rows, "budgets": [0.5, 1]}]
     invalid = [{**valid[0], "rule": "majority"}, {**valid[0], "system_b": "A"}, {"outcomes": {}},
                _compact(seq, [1.5] + ya[1:], yb), {**valid[0], "a": "x"},
                {"dataset_id": "6f1c2a34-0000-4000-8000-000000000000", "outcomes": {}}]
