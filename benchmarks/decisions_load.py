@@ -1,7 +1,7 @@
 """Load test of ``POST /v1/decisions`` against a trivial endpoint of the same app.
 
     .venv/bin/python benchmarks/decisions_load.py [--requests 10000] [--concurrency 32] [--clients 2] [--rounds 3]
-        [--server serve|uvicorn]
+        [--server serve|uvicorn] [--no-fast-path]
 
 Starts ``sufficiency serve --workers 2`` on 127.0.0.1 (uvicorn workers, each with its own
 listening socket; ``--server uvicorn`` runs ``uvicorn --workers 2`` instead, whose workers
@@ -13,6 +13,9 @@ HTTP/1.1 on asyncio streams) to ``GET /healthz`` and then to ``POST /v1/decision
 met; bootstrap, exact). The two phases alternate for ``--rounds`` rounds, so both endpoints
 see the same machine: on a shared host the throughput of either moves by ±30 % from minute
 to minute, and only the ratio within a round means much.
+
+``--no-fast-path`` turns off ``service.decisions.fastpath`` (inline decisions answered before
+FastAPI's routing), to measure the FastAPI route alone.
 
 Reports, per round and endpoint: throughput, p50 / p99 / max latency, errors, and the CPU
 time the uvicorn workers spent per request (from /proc: a measure that the load generator
@@ -128,14 +131,15 @@ def run_phase(pool: mp.pool.Pool, port: int, method: str, path: str, body: bytes
 
 
 def server_cpu_seconds(server_pid: int) -> float:
-    """User + system CPU of the uvicorn worker processes (children of the supervisor)."""
+    """User + system CPU of the uvicorn worker processes (children of the supervisor; parents
+    read from every /proc/<pid>/stat, as the ``children`` file can miss a child)."""
     total = 0
-    for child in Path(f"/proc/{server_pid}/task").glob("*/children"):
-        for pid in child.read_text().split():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == server_pid:
             total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
