@@ -442,13 +442,14 @@ def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
     k = len(d)
     v = np.round(d * lattice).astype(np.int64)
     n_plus, n_minus = int(np.count_nonzero(v == 1)), int(np.count_nonzero(v == -1))
-    if lattice == 1 and spec.bootstrap == "exact" and n_plus + n_minus + int(np.count_nonzero(v == 0)) == k:
+    trinomial = n_plus + n_minus + int(np.count_nonzero(v == 0)) == k  # differences of 0/1 outcomes
+    if trinomial and lattice == 1 and spec.bootstrap == "exact":
         dec, stat = _exact_binary_verdict(k, n_plus, n_minus, spec.theta, spec.a)
         return dec, dict(stat)
     kk = np.array(k)
     pos = R.above(np.array(v.sum()), kk, spec.theta, lattice)
     c = R.bootstrap_threshold(spec.theta, kk, lattice)
-    if n_plus + n_minus + int(np.count_nonzero(v == 0)) == k:  # 0/1 data: the replay's memoised trinomial tail
+    if trinomial:  # the replay's memoised trinomial tail
         p_low = float(R.tail_binary(kk, n_plus, n_minus, c)[0])
     else:
         vals, counts = np.unique(v, return_counts=True)
