@@ -131,17 +131,9 @@ def run_phase(pool: mp.pool.Pool, port: int, method: str, path: str, body: bytes
 
 
 def server_cpu_seconds(server_pid: int) -> float:
-    """User + system CPU of the uvicorn worker processes (children of the supervisor; parents
-    read from every /proc/<pid>/stat, as the ``children`` file can miss a child)."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == server_pid:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    """User + system CPU of the uvicorn worker processes (the supervisor's children)."""
+    ticks = sum(int(f[11]) + int(f[12]) for f in procs.children(server_pid).values())
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,24 @@ REPO = Path(__file__).resolve().parents[2]
 BOOT = "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
+def children(pid: int) -> dict[int, list[str]]:
+    """The child processes of ``pid``: ``{child pid: its /proc stat fields after the command
+    name}`` (field 1 is the parent, 11 and 12 user and system CPU ticks).
+
+    Parents are read from every ``/proc/<pid>/stat``: ``/proc/<pid>/task/*/children`` can miss
+    a child while another is being created or reaped (the kernel documents it as unreliable).
+    """
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out[int(stat.parent.name)] = fields
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def env_for(**settings: object) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUFFICIENCY_")}
     env.update({f"SUFFICIENCY_{k.upper()}": str(v) for k, v in settings.items() if v is not None})

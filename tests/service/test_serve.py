@@ -28,18 +28,13 @@ pytestmark = [
 
 
 def workers_of(pid: int) -> list[int]:
-    """Worker processes of the supervisor: its children that serve (not the resource tracker).
-
-    Parents are read from every ``/proc/<pid>/stat``; ``/proc/<pid>/task/*/children`` can miss
-    a child while another is being created or reaped (the kernel documents it as unreliable).
-    """
+    """Worker processes of the supervisor: its children that serve (not the resource tracker)."""
     out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for child in procs.children(pid):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and "spawn_main" in (stat.parent / "cmdline").read_text():
-                out.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text():
+                out.append(child)
+        except OSError:
             pass
     return sorted(out)
 
