@@ -6,15 +6,8 @@ import argparse
 import json
 import sys
 
-from service.engine.evalstats import (
-    CORRECTIONS,
-    TIE_DEFINITIONS,
-    TIE_RULES,
-    Leaderboard,
-    StatsInputError,
-    leaderboard,
-    to_dict,
-)
+from service.engine.evalstats import StatsInputError, to_dict
+from service.engine.leaderboard import CORRECTIONS, TIE_DEFINITIONS, TIE_RULES, Leaderboard, leaderboard
 from service.engine.records import RecordsError, load_records
 
 

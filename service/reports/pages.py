@@ -26,6 +26,7 @@ from service.datasets import service as datasets
 from service.datasets.router import Upload, read_upload
 from service.deps import SessionDep, SettingsDep
 from service.engine import evalstats
+from service.engine import leaderboard as board_stats
 from service.engine.spec import NAMED_POLICIES
 from service.errors import NotFound, ServiceError
 from service.replays import repository as replays_repo
@@ -318,13 +319,13 @@ def leaderboard_page(
         "dataset": dataset,
         "params": params,
         "group_columns": [c["name"] for c in dataset.summary.get("group_columns", [])],
-        "corrections": evalstats.CORRECTIONS,
-        "tie_rules": evalstats.TIE_RULES,
+        "corrections": board_stats.CORRECTIONS,
+        "tie_rules": board_stats.TIE_RULES,
         "board": None,
         "error": None,
     }
     try:
-        board = evalstats.leaderboard(records, level, cluster or None, correction, False, ties)
+        board = board_stats.leaderboard(records, level, cluster or None, correction, False, ties)
     except evalstats.StatsInputError as exc:
         context["error"] = f"{exc.field}: {exc.message}"
         return render("leaderboard.html", 422, **context)

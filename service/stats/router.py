@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from service.datasets import service as datasets
 from service.deps import SessionDep
 from service.engine import evalstats as E
+from service.engine import leaderboard as L
 from service.errors import NotFound, Unprocessable, responses
 from service.stats import schemas as S
 
@@ -131,7 +132,7 @@ def get_leaderboard(
 ):
     records = datasets.load_records(session, dataset_id)
     try:
-        board = E.leaderboard(records, level, cluster, correction, matrix, ties)
+        board = L.leaderboard(records, level, cluster, correction, matrix, ties)
     except E.StatsInputError as exc:
         raise _invalid(exc) from None
     return E.to_dict(board)
