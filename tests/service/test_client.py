@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.client import (
+from sufficiency_client import (
     APIError,
+    AsyncLiveMonitor,
     AsyncSufficiencyClient,
     AuthError,
     ConflictError,
     InvalidInputError,
+    LiveMonitor,
     NotFoundError,
     ServerError,
     SufficiencyClient,
@@ -22,7 +24,6 @@ from service.client import (
     TransportError,
     observation,
 )
-from service.harness import AsyncLiveMonitor, LiveMonitor
 
 IDS = [f"task-{i:02d}" for i in range(48)]
 UNIVERSE = {t: f"repo{i % 3}" for i, t in enumerate(IDS)}

@@ -1,6 +1,6 @@
 """Python client for the live-decision API (``/v1/decisions``, ``/v1/sessions``), on httpx.
 
-    from service.client import SufficiencyClient
+    from sufficiency_client import SufficiencyClient
 
     with SufficiencyClient("http://127.0.0.1:8000") as client:
         answer = client.decide(universe={"task_ids": ids, "groups": groups},

@@ -5,8 +5,7 @@ task; the monitor keeps a session on the service (``/v1/sessions``), so the deci
 anytime-valid by default (checking after every task is then allowed), and it hands out the
 recommended stratified task order::
 
-    from service.client import SufficiencyClient
-    from service.harness import LiveMonitor
+    from sufficiency_client import LiveMonitor, SufficiencyClient
 
     with SufficiencyClient("http://127.0.0.1:8000") as client:
         monitor = LiveMonitor(client, system_a="new-agent", system_b="baseline",
@@ -35,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.client import AsyncSufficiencyClient, SufficiencyClient
+from sufficiency_client.client import AsyncSufficiencyClient, SufficiencyClient
 
 Universe = Mapping[str, str | None] | Sequence[str]
 

@@ -1,0 +1,229 @@
+"""Python client for the live-decision API (``/v1/decisions``, ``/v1/sessions``), on httpx.
+
+    from sufficiency_client import SufficiencyClient
+
+    with SufficiencyClient("http://127.0.0.1:8000") as client:
+        answer = client.decide(universe={"task_ids": ids, "groups": groups},
+                               outcomes={"A": {"t1": 1, "t2": 0}, "B": {"t1": 0, "t2": 0}})
+        answer["decision"], answer["reason"], answer["next"]
+
+``AsyncSufficiencyClient`` has the same methods as coroutines. Both accept an existing
+``httpx.Client`` / ``httpx.AsyncClient`` (``http=``) or a transport (``transport=``), so tests
+can run them straight against the ASGI app.
+
+Errors are translated once, here, into a shallow tree:
+
+* ``SufficiencyError`` — base of everything this client raises.
+
+  * ``TransportError`` — the service could not be reached or did not answer in time
+    (wraps ``httpx.TransportError``).
+  * ``APIError`` — the service answered with an error; ``status``, ``code`` (the body's
+    ``error``) and ``detail`` (for 422: a list of ``{"field", "message"}``).
+
+    * ``InvalidInputError`` (400, 422), ``AuthError`` (401, 403: missing, unknown or
+      under-scoped API key), ``NotFoundError`` (404), ``ConflictError`` (409: e.g. an
+      observation re-posted with another outcome), ``ServerError`` (5xx).
+
+With ``SUFFICIENCY_AUTH=required`` on the service, pass ``api_key=`` (sent as
+``Authorization: Bearer <key>``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class SufficiencyError(Exception):
+    """Base of every error raised by the client."""
+
+
+class TransportError(SufficiencyError):
+    """The service could not be reached, or the connection failed or timed out."""
+
+
+class APIError(SufficiencyError):
+    """The service answered with an error status."""
+
+    def __init__(self, status: int, code: str, detail: Any):
+        self.status = status
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{status} {code}: {detail}")
+
+    @property
+    def fields(self) -> list[str]:
+        """The input fields named by a 422 (empty otherwise)."""
+        if isinstance(self.detail, list):
+            return [str(d.get("field")) for d in self.detail if isinstance(d, dict) and d.get("field")]
+        return []
+
+
+class InvalidInputError(APIError):
+    """400 / 422: the request was refused; ``fields`` names what to fix."""
+
+
+class AuthError(APIError):
+    """401 / 403: the API key is missing, unknown, or lacks the scope."""
+
+
+class NotFoundError(APIError):
+    """404: no such session or dataset."""
+
+
+class ConflictError(APIError):
+    """409: e.g. an observation already recorded with a different outcome."""
+
+
+class ServerError(APIError):
+    """5xx: the service failed."""
+
+
+def _error_for(response: httpx.Response) -> APIError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    code = str(body.get("error") or response.reason_phrase or "error")
+    detail = body.get("detail", response.text)
+    status = response.status_code
+    cls: type[APIError]
+    if status in (400, 422):
+        cls = InvalidInputError
+    elif status in (401, 403):
+        cls = AuthError
+    elif status == 404:
+        cls = NotFoundError
+    elif status == 409:
+        cls = ConflictError
+    elif status >= 500:
+        cls = ServerError
+    else:
+        cls = APIError
+    return cls(status, code, detail)
+
+
+def _result(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        raise _error_for(response)
+    return response.json()
+
+
+def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in body.items() if v is not None}
+
+
+def _headers(headers: Mapping[str, str] | None, api_key: str | None) -> dict[str, str]:
+    out = dict(headers or {})
+    if api_key:
+        out["Authorization"] = f"Bearer {api_key}"
+    return out
+
+
+def observation(task_id: str, system: str, outcome: float, trial: int = 0) -> dict[str, Any]:
+    """One observation row as the API takes it."""
+    return {"task_id": task_id, "system": system, "trial": trial, "outcome": outcome}
+
+
+class SufficiencyClient:
+    """Synchronous client. Use as a context manager, or call ``close()``."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None, http: httpx.Client | None = None,
+                 headers: Mapping[str, str] | None = None, api_key: str | None = None):
+        self._own = http is None
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout, transport=transport,
+                                          headers=_headers(headers, api_key))
+
+    def __enter__(self) -> SufficiencyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own:
+            self._http.close()
+
+    def _request(self, method: str, path: str, json: Any = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=json)
+        except httpx.TransportError as exc:
+            raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        return _result(response)
+
+    def decide(self, **body: Any) -> dict[str, Any]:
+        """``POST /v1/decisions``: keyword arguments are the request body fields."""
+        return self._request("POST", "/v1/decisions", _drop_none(body))
+
+    def create_session(self, **body: Any) -> dict[str, Any]:
+        """``POST /v1/sessions``: declare A, B, the universe, rule and checkpoints."""
+        return self._request("POST", "/v1/sessions", _drop_none(body))
+
+    def get_session(self, session_id: str | uuid.UUID) -> dict[str, Any]:
+        return self._request("GET", f"/v1/sessions/{session_id}")
+
+    def observe(self, session_id: str | uuid.UUID, observations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """``POST /v1/sessions/{id}/observations``; returns the session state after it."""
+        return self._request("POST", f"/v1/sessions/{session_id}/observations",
+                             {"observations": [dict(o) for o in observations]})
+
+    def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str = "dataset") -> dict[str, Any]:
+        """``POST /v1/datasets`` with JSON rows (SPEC §1)."""
+        return self._request("POST", "/v1/datasets", {"name": name, "rows": [dict(r) for r in rows]})
+
+
+class AsyncSufficiencyClient:
+    """Asynchronous client: the same methods as ``SufficiencyClient``, awaited."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None, http: httpx.AsyncClient | None = None,
+                 headers: Mapping[str, str] | None = None, api_key: str | None = None):
+        self._own = http is None
+        self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport,
+                                               headers=_headers(headers, api_key))
+
+    async def __aenter__(self) -> AsyncSufficiencyClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._http.aclose()
+
+    async def _request(self, method: str, path: str, json: Any = None) -> Any:
+        try:
+            response = await self._http.request(method, path, json=json)
+        except httpx.TransportError as exc:
+            raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        return _result(response)
+
+    async def decide(self, **body: Any) -> dict[str, Any]:
+        return await self._request("POST", "/v1/decisions", _drop_none(body))
+
+    async def create_session(self, **body: Any) -> dict[str, Any]:
+        return await self._request("POST", "/v1/sessions", _drop_none(body))
+
+    async def get_session(self, session_id: str | uuid.UUID) -> dict[str, Any]:
+        return await self._request("GET", f"/v1/sessions/{session_id}")
+
+    async def observe(self, session_id: str | uuid.UUID,
+                      observations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return await self._request("POST", f"/v1/sessions/{session_id}/observations",
+                                   {"observations": [dict(o) for o in observations]})
+
+    async def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str = "dataset") -> dict[str, Any]:
+        return await self._request("POST", "/v1/datasets", {"name": name, "rows": [dict(r) for r in rows]})
+
+
+__all__ = ["SufficiencyClient", "AsyncSufficiencyClient", "SufficiencyError", "TransportError", "APIError",
+           "InvalidInputError", "AuthError", "NotFoundError", "ConflictError", "ServerError", "observation"]

@@ -1,0 +1,40 @@
+"""Client of the Sufficiency service for benchmark harnesses: HTTP client, error tree, live monitor.
+
+Depends on httpx only, so a harness installs it without the server stack
+(``pip install sufficiency-client``; ``[inspect]`` adds the inspect_ai integration,
+``sufficiency_client.inspect``).
+"""
+
+from sufficiency_client.client import (
+    DEFAULT_URL,
+    APIError,
+    AsyncSufficiencyClient,
+    AuthError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    ServerError,
+    SufficiencyClient,
+    SufficiencyError,
+    TransportError,
+    observation,
+)
+from sufficiency_client.harness import AsyncLiveMonitor, LiveMonitor, Verdict
+
+__all__ = [
+    "DEFAULT_URL",
+    "APIError",
+    "AsyncLiveMonitor",
+    "AsyncSufficiencyClient",
+    "AuthError",
+    "ConflictError",
+    "InvalidInputError",
+    "LiveMonitor",
+    "NotFoundError",
+    "ServerError",
+    "SufficiencyClient",
+    "SufficiencyError",
+    "TransportError",
+    "Verdict",
+    "observation",
+]
