@@ -40,6 +40,7 @@ from itertools import repeat
 import numpy as np
 
 from service.engine import rules as R
+from service.engine.anytime import anytime_path
 from service.engine.coverage import FLOORS, budget_k, required
 from service.engine.errors import FieldError
 from service.engine.orders import stratified_orders
@@ -410,10 +411,9 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
             return R.DEFER, {"stopped_at": None}
         lat = lattice
         v = np.round(d * lat).astype(np.int64) if lat else d  # off a lattice the kernel takes d itself
-        cov = None if cov_path is None else cov_path[None, :]
-        dec, stop = R.anytime_paths(v[None, :], lat, n, spec.theta, spec.a, k, cov)
-        stopped = int(stop[0]) if stop[0] <= k else None
-        return int(dec[0]), {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a))}
+        dec, stop = anytime_path(v, lat, n, spec.theta, spec.a, k, cov_path)  # = R.anytime_paths, one path
+        stopped = stop if stop <= k else None
+        return dec, {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a))}
     rng = None
     if spec.bootstrap != "exact":
         h = hashlib.sha256(rng_key + np.ascontiguousarray(d).tobytes()).digest()
