@@ -9,9 +9,13 @@ and queue, migrates, creates an API key, starts a Celery worker and ``sufficienc
 (12 systems x 300 tasks) and replays it. Then it sends the decisions (nine in ten with an
 inline 500-task universe, one in ten against the stored dataset, which reads Postgres) and
 the report fetches, shuffled together, over ``--concurrency`` keep-alive connections split
-over ``--clients`` processes, every request with the key. Every response must be a 200 with
+over ``--clients`` processes, every request with the key. Before and after that mixed phase
+it sends as many ``GET /healthz`` over the same connections and prints the ratio of the
+decision throughput to the mean healthz throughput: on a shared host absolute numbers move by
+tens of percent from minute to minute, a ratio within one run much less. Every response must be a 200 with
 the expected body length: any other outcome is an error, and the exit status is 1 if there
-was one. Prints throughput and latency percentiles per kind. Every wait is bounded; the
+was one. Prints throughput and latency percentiles per kind. ``--profile DIR`` records each API worker
+with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks. Every wait is bounded; the
 servers are stopped and the database dropped at the end.
 """
 
@@ -24,6 +28,9 @@ import multiprocessing as mp
 import os
 import random
 import secrets
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -123,6 +130,26 @@ def _stats(rows: list[tuple[str, float, bool]], wall: float) -> dict:
             "max_ms": round(float(lat.max()), 2)}
 
 
+def _start_profilers(server_pid: int, out: Path) -> list[subprocess.Popen]:
+    """``py-spy record`` on each API worker until stopped (SIGINT makes it write the file)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking", "--format", "raw",
+                              "--output", str(out / f"worker-{pid}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for pid in procs.children(server_pid)]
+
+
+def _stop_profilers(spies: list[subprocess.Popen]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--decisions", type=int, default=10_000)
@@ -130,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--clients", type=int, default=2, help="load-generating processes")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
+    parser.add_argument("--profile", metavar="DIR", help="record the API workers with py-spy during the load "
+                        "(py-spy on PATH or next to this Python); collapsed stacks per worker in DIR")
     args = parser.parse_args(argv)
 
     from sqlalchemy import create_engine, text
@@ -194,11 +223,20 @@ def main(argv: list[str] | None = None) -> int:
         random.Random(0).shuffle(work)
         shares = [work[i::args.clients] for i in range(args.clients)]
         conc = [args.concurrency // args.clients + (i < args.concurrency % args.clients) for i in range(args.clients)]
+        probe = [("healthz", _request("GET", "/healthz", host, token, None), -1)] * args.decisions
+        probes = [probe[i::args.clients] for i in range(args.clients)]
         with mp.get_context("spawn").Pool(args.clients) as pool:
-            t0 = time.perf_counter()
-            results = pool.map(_client, [(port, shares[i], conc[i]) for i in range(args.clients)])
-            wall = time.perf_counter() - t0
-        done = [r for part in results for r in part]
+
+            def phase(parts: list[list[tuple[str, bytes, int]]]) -> tuple[list, float]:
+                t0 = time.perf_counter()
+                results = pool.map(_client, [(port, parts[i], conc[i]) for i in range(args.clients)])
+                return [r for part in results for r in part], time.perf_counter() - t0
+
+            health_before = phase(probes)
+            spies = _start_profilers(server.pid, Path(args.profile)) if args.profile else []
+            done, wall = phase(shares)
+            _stop_profilers(spies)
+            health_after = phase(probes)
     finally:
         for proc in (server, worker):
             if proc is not None:
@@ -208,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         admin.dispose()
     total = _stats(done, wall)
     kinds = {k: _stats([r for r in done if r[0] == k], wall) for k in ("decision", "report")}
+    health = [_stats(rows, t) for rows, t in (health_before, health_after)]
+    health_rps = sum(h["throughput_rps"] for h in health) / 2
+    ratio = round(kinds["decision"]["throughput_rps"] / health_rps, 3)
     print(f"uvicorn --workers {args.workers} on 127.0.0.1, Postgres, Redis, auth required; {args.concurrency} "
           f"connections over {args.clients} client process(es); {wall:.1f} s")
     print(f"{'kind':10} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
@@ -215,8 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     for k, r in (*kinds.items(), ("all", total)):
         print(f"{k:10} {r['requests']:>8} {r['throughput_rps']:>8} {r['p50_ms']:>8} {r['p90_ms']:>8} "
               f"{r['p99_ms']:>8} {r['max_ms']:>8} {r['errors']:>6}")
-    print(json.dumps({"all": total, **kinds}))
-    return 1 if total["errors"] else 0
+    for name, h in zip(("healthz before", "healthz after"), health, strict=True):
+        print(f"{name:15} {h['requests']:>8} req at {h['throughput_rps']} req/s, p99 {h['p99_ms']} ms, "
+              f"{h['errors']} errors")
+    print(f"decisions / healthz (mean of the rounds before and after, same server and connections): {ratio}")
+    print(json.dumps({"all": total, **kinds, "healthz": health, "decision_healthz_ratio": ratio}))
+    return 1 if total["errors"] or any(h["errors"] for h in health) else 0
 
 
 if __name__ == "__main__":
