@@ -32,6 +32,8 @@ class LiveSession(Base):
     floor: Mapped[str] = mapped_column(String(32))
     bootstrap: Mapped[str] = mapped_column(String(16))
     budgets: Mapped[list[float]] = mapped_column(JSON)
+    spending: Mapped[str | None] = mapped_column(String(32), default=None)
+    """How a fixed-sample rule spends ``a`` over the checkpoints (SPEC §4.4); null for anytime."""
     trials: Mapped[int] = mapped_column(Integer)
     seed: Mapped[int] = mapped_column(BigInteger)
     universe: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -26,7 +26,13 @@ class SessionCreate(RuleOptions):
     rule: str | None = Field(default=None, description="Default anytime: it may conclude after any observation.")
     budgets: list[float] = Field(
         default=[0.25, 0.5, 0.75, 1.0],
-        description="Checkpoints (fractions of N). Fixed-sample rules conclude only at these; the last is the cap.",
+        description="Checkpoints (fractions of N, strictly increasing). Fixed-sample rules conclude only at "
+        "these; the last is the cap.",
+    )
+    spending: str | None = Field(
+        default=None,
+        description="How a fixed-sample rule spends a over the checkpoints (SPEC §4.4): obrien_fleming (default), "
+        "pocock, or none (level a at every checkpoint: optional stopping, kept for comparison). Not for anytime.",
     )
     trials: int = Field(default=1, ge=1, le=1000, description="Trials per system and task before a task counts.")
     seed: int | None = Field(default=None, description="Seed of the recommended order (default: from the universe).")
@@ -41,12 +47,14 @@ class ObservationsCreate(BaseModel):
 class Checkpoint(BaseModel):
     budget: float
     k: int
+    level: float | None = Field(description="The level the rule is consulted at here (null for anytime).")
 
 
 class HistoryEntry(BaseModel):
     event: Literal["checkpoint", "stop"]
     budget: float | None = Field(description="The checkpoint's budget fraction (null for an anytime stop).")
     k: int
+    level: float | None = Field(default=None, description="The checkpoint's level (fixed-sample rules).")
     decision: Decision
     reason: Reason
     mean_difference: float | None
@@ -80,6 +88,7 @@ class SessionRead(SessionState):
     floor: str
     bootstrap: int | Literal["exact"]
     budgets: list[float]
+    spending: str | None = Field(description="The checkpoints' spending function (null for anytime).")
     trials: int
     seed: int
     checkpoints: list[Checkpoint]

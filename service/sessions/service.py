@@ -17,7 +17,9 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from service.decisions import service as decisions
+from service.engine import schedule
 from service.engine.coverage import budget_k, required
+from service.engine.errors import FieldError
 from service.engine.live import (
     LiveError,
     LiveSpec,
@@ -46,6 +48,10 @@ def create(session: Session, body: SessionCreate) -> LiveSession:
         spec = decisions.live_spec(body, choice, budgets=body.budgets, budget=None, seed=0)
         if choice.rule == "mcnemar" and body.trials != 1:
             raise LiveError("trials", "mcnemar needs single-trial outcomes (trials = 1)")
+        schedule.check_checkpoints(body.budgets, "budgets")
+        spending = None
+        if choice.rule != "anytime" or body.spending is not None:
+            spending = schedule.check_spending(body.spending or schedule.DEFAULT_SPENDING, choice.rule)
         if body.dataset_id is None:
             if body.universe is None:
                 raise LiveError("universe", "give the task universe or a dataset_id")
@@ -54,8 +60,8 @@ def create(session: Session, body: SessionCreate) -> LiveSession:
             if body.universe is not None:
                 raise LiveError("universe", "give the task universe or a dataset_id, not both")
             universe = decisions.dataset_universe(session, body.dataset_id, body.group)
-    except LiveError as exc:
-        raise decisions.unprocessable(exc) from None
+    except FieldError as exc:
+        raise decisions.unprocessable(LiveError(exc.field, exc.message)) from None
     seed = body.seed if body.seed is not None else int.from_bytes(universe.digest()[:6], "big")
     row = LiveSession(
         id=uuid.uuid4(),
@@ -71,6 +77,7 @@ def create(session: Session, body: SessionCreate) -> LiveSession:
         floor=spec.floor,
         bootstrap=str(spec.bootstrap),
         budgets=list(spec.budgets),
+        spending=spending,
         trials=body.trials,
         seed=seed,
         universe={"task_ids": list(universe.task_ids),
@@ -127,13 +134,23 @@ def checkpoints(row: LiveSession, n: int) -> list[tuple[float, int]]:
     return sorted(((b, k) for k, b in out.items()), key=lambda x: x[1])
 
 
+def levels(row: LiveSession, points: list[tuple[float, int]]) -> list[float | None]:
+    """The level of each checkpoint (SPEC §4.4): the increments of the spending function for a
+    fixed-sample rule, none for anytime (valid after every task as it is)."""
+    if row.rule == "anytime" or not points:
+        return [None] * len(points)
+    return [float(x) for x in schedule.levels([k for _, k in points], row.a, row.spending or "none")]
+
+
 def _prefix(observed: Observed, k: int) -> Observed:
     return replace(observed, sequence=observed.sequence[:k])
 
 
-def _entry(event: str, budget: float | None, k: int, result: dict[str, Any]) -> dict[str, Any]:
-    return {"event": event, "budget": budget, "k": k, "decision": result["decision"], "reason": result["reason"],
-            "mean_difference": result["mean_difference"], "statistic": result["statistic"]}
+def _entry(event: str, budget: float | None, k: int, result: dict[str, Any],
+           level: float | None = None) -> dict[str, Any]:
+    return {"event": event, "budget": budget, "k": k, "level": level, "decision": result["decision"],
+            "reason": result["reason"], "mean_difference": result["mean_difference"],
+            "statistic": result["statistic"]}
 
 
 def _coverage_reason(universe: Universe, observed: Observed, spec: LiveSpec, k: int) -> str:
@@ -177,26 +194,29 @@ def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str
             history.sort(key=lambda e: (e["k"], e["event"] == "checkpoint"))
         concluded = current["decision"] != "defer"
     else:
-        final = None
-        for b, kj in points:
+        final = last = None
+        for (b, kj), level in zip(points, levels(row, points), strict=True):
             if kj > k:
                 break
-            result = live_decision(universe, _prefix(observed, kj), spec, rank, fixed_checkpoint=True)
-            history.append(_entry("checkpoint", b, kj, result))
-            if result["decision"] != "defer":
-                final = result
+            # Each checkpoint spends its share of a (SPEC §4.4): the rule is consulted at that level.
+            last = live_decision(universe, _prefix(observed, kj), replace(spec, a=level), rank, fixed_checkpoint=True)
+            history.append(_entry("checkpoint", b, kj, last, level))
+            if last["decision"] != "defer":
+                final = last
                 break
         concluded = final is not None
         if final is not None:
             current = final
-        elif history and history[-1]["k"] == k:
-            current = live_decision(universe, observed, spec, rank, fixed_checkpoint=True)
+        elif last is not None and history[-1]["k"] == k:
+            current = last
         else:
             # Between checkpoints the rule is not consulted: that is what pre-registration means.
             current = live_decision(universe, observed, spec, rank, fixed_checkpoint=True)
             current.update(decision="defer", reason="awaiting_checkpoint", rule_decision=None, statistic={},
                            budget_exhausted=False)
             current["next"] = next_tasks(universe, observed, spec, rank, k_cap)
+        if row.spending == "none":
+            current["warning"] = schedule.NO_SPENDING_WARNING.format(m=len(points))
     if concluded:
         status = "concluded"
     elif k >= k_cap:
@@ -218,15 +238,16 @@ def with_calibration(session: Session, row: LiveSession, st: dict[str, Any]) -> 
 
 def read(session: Session, row: LiveSession) -> dict[str, Any]:
     st = with_calibration(session, row, state(row, repository.observations(session, row.id)))
-    n = st["N"]
+    points = checkpoints(row, st["N"])
     return {
         **st,
         "id": row.id, "dataset_id": row.dataset_id, "group": row.grouping, "system_a": row.system_a,
         "system_b": row.system_b, "policy": row.policy, "rule": row.rule, "coverage_aware": row.coverage_aware,
         "delta": row.delta, "a": row.a, "floor": row.floor,
         "bootstrap": row.bootstrap if row.bootstrap == "exact" else int(row.bootstrap),
-        "budgets": row.budgets, "trials": row.trials, "seed": row.seed,
-        "checkpoints": [{"budget": b, "k": k} for b, k in checkpoints(row, n)],
+        "budgets": row.budgets, "spending": row.spending, "trials": row.trials, "seed": row.seed,
+        "checkpoints": [{"budget": b, "k": k, "level": lv}
+                        for (b, k), lv in zip(points, levels(row, points), strict=True)],
         "order": row.task_order, "created_at": row.created_at,
     }
 

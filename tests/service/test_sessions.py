@@ -6,8 +6,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
+from service.engine import schedule
 from service.engine.live import live_from_arrays
 
 IDS = [f"t{i:02d}" for i in range(80)]
@@ -35,7 +37,9 @@ def _pair(task: str, a: float, b: float) -> list[dict]:
 def test_create_returns_a_seeded_stratified_order(client: TestClient) -> None:
     s = _create(client)
     assert sorted(s["order"]) == IDS and s["rule"] == "anytime" and s["status"] == "running" and s["k"] == 0
-    assert s["checkpoints"] == [{"budget": b, "k": k} for b, k in ((0.25, 20), (0.5, 40), (0.75, 60), (1.0, 80))]
+    assert s["checkpoints"] == [{"budget": b, "k": k, "level": None}
+                                for b, k in ((0.25, 20), (0.5, 40), (0.75, 60), (1.0, 80))]
+    assert s["spending"] is None
     assert _create(client)["order"] == s["order"]  # seeded by the universe
     assert _create(client, seed=7)["order"] != s["order"]
     group = dict(zip(IDS, GROUPS, strict=True))
@@ -67,7 +71,8 @@ def test_anytime_may_conclude_between_checkpoints(client: TestClient) -> None:
             break
     assert st["status"] == "concluded" and st["current"]["decision"] == "accept" and st["k"] < 20
     stop = st["current"]["statistic"]["stopped_at"]
-    assert st["history"] == [{"event": "stop", "budget": None, "k": stop, "decision": "accept", "reason": "decided",
+    assert st["history"] == [{"event": "stop", "budget": None, "k": stop, "level": None, "decision": "accept",
+                              "reason": "decided",
                               "mean_difference": 1.0, "statistic": st["current"]["statistic"]}]
 
 
@@ -194,3 +199,68 @@ def test_session_on_a_dataset_takes_its_tasks_and_groups(client: TestClient) -> 
     assert st["k"] == 1 and st["current"]["calibration"] is None  # no replay of this dataset yet
     r = client.post("/v1/sessions", json={"dataset_id": ds["id"], "group": "nope"})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "group"
+
+
+def test_checkpoints_spend_a_and_list_their_levels(client: TestClient) -> None:
+    s = _create(client, rule="paired_normal", budgets=[0.25, 0.5, 1.0])
+    assert s["spending"] == "obrien_fleming"
+    want = schedule.levels([20, 40, 80], 0.05, "obrien_fleming")
+    assert [c["level"] for c in s["checkpoints"]] == want.tolist() and sum(want) == np.float64(0.05)
+    for t in s["order"][:20]:
+        st = _post(client, s["id"], _pair(t, 1 if t < "t40" else 0, 0 if t < "t60" else 1))
+    entry = st["history"][0]
+    assert entry["level"] == want[0] and st["current"]["warning"] is None
+    plain = _create(client, rule="bootstrap", spending="none", budgets=[0.25, 0.5, 1.0])
+    assert [c["level"] for c in plain["checkpoints"]] == [0.05] * 3
+    assert "optional stopping" in plain["current"]["warning"]
+    pocock = _create(client, rule="mcnemar", spending="pocock")
+    assert [c["level"] for c in pocock["checkpoints"]] == schedule.levels([20, 40, 60, 80], 0.05, "pocock").tolist()
+
+
+def test_bad_schedules_are_422_naming_the_field(client: TestClient) -> None:
+    def field(**body: object) -> str:
+        r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, **body})
+        assert r.status_code == 422, r.text
+        return r.json()["detail"][0]["field"]
+
+    assert field(rule="bootstrap", spending="bonferroni") == "spending"
+    assert field(rule="anytime", spending="pocock") == "spending"
+    assert field(spending="obrien_fleming") == "spending"  # the default rule is anytime
+    assert field(rule="bootstrap", budgets=[0.5, 0.25, 1.0]) == "budgets[1]"
+    assert field(rule="bootstrap", budgets=[0.5, 0.5]) == "budgets[1]"
+    assert field(rule="bootstrap", budgets=[0.0, 1.0]) == "budgets[0]"
+    assert field(rule="bootstrap", budgets=[0.5, 1.2]) == "budgets[1]"
+    assert field(budgets=[]) == "budgets"
+
+
+def test_tie_population_sessions_follow_the_engine_schedule(client: TestClient) -> None:
+    """Sessions fed in the harness's own random order, 4 tasks per append, 13 checkpoints:
+    each one ends with the verdict and at the checkpoint of ``schedule.scheduled_paths`` on
+    the same order (the engine simulation in tests/engine/test_schedule.py measures the
+    rates), with and without spending."""
+    n = 100
+    ids = [f"u{i:03d}" for i in range(n)]
+    d = np.r_[np.ones(12), -np.ones(12), np.zeros(n - 24)].astype(np.int64)
+    ya = np.where(d < 0, 0.0, 1.0)
+    fractions = [round(0.04 * i, 2) for i in range(1, 13)] + [1.0]
+    ks = [int(round(f * n)) for f in fractions]
+    rng = np.random.default_rng(5)
+    concluded = 0
+    for rep in range(12):
+        spending = ("obrien_fleming", "none", "pocock")[rep % 3]
+        rule = ("bootstrap", "paired_normal")[rep % 2]
+        s = client.post("/v1/sessions", json={"universe": {"task_ids": ids}, "rule": rule, "spending": spending,
+                                              "budgets": fractions, "system_a": "new", "system_b": "old"}).json()
+        order = rng.permutation(n)
+        for start in range(0, n, 4):
+            rows = [r for i in order[start:start + 4].tolist() for r in _pair(ids[i], ya[i], ya[i] - d[i])]
+            st = _post(client, s["id"], rows)
+            if st["status"] != "running":
+                break
+        want, stop = schedule.scheduled_paths(rule, d[order][None, :], 1, ks, schedule.levels(ks, 0.05, spending),
+                                              0.0, n)
+        assert st["current"]["decision"] == {1: "accept", -1: "reject", 0: "defer"}[int(want[0])]
+        assert st["k"] == min(int(stop[0]), n) and st["history"][-1]["level"] == pytest.approx(
+            schedule.levels(ks, 0.05, spending)[ks.index(min(int(stop[0]), n))], rel=1e-12)
+        concluded += st["status"] == "concluded"
+    assert concluded >= 4

@@ -1,0 +1,154 @@
+"""Sequential schedules: checkpoints that spend the level ``a`` (SPEC §4.4).
+
+A fixed-sample rule consulted at level ``a`` at every checkpoint of a schedule is optional
+stopping: its overall error grows with the number of looks. A schedule therefore spends
+``a`` over its checkpoints with a cumulative spending function ``α(t)`` of the information
+fraction ``t_j = k_j / k_m`` (``α(1) = a``), and consults the rule at checkpoint ``j`` at the
+increment ``α(t_j) − α(t_{j−1})``. By the union bound the probability of any wrong conclusion
+over the schedule is at most ``Σ_j (α(t_j) − α(t_{j−1})) = a`` for every rule whose
+fixed-sample error at level ``ℓ`` is at most ``ℓ``, whatever order the harness chooses
+(as long as the order does not depend on the outcomes).
+
+* ``obrien_fleming``: ``α(t) = 2 − 2Φ(z_{1−a/2}/√t)`` (spends almost nothing early);
+* ``pocock``: ``α(t) = a·ln(1 + (e − 1)·t)`` (spends evenly);
+* ``none``: level ``a`` at every checkpoint (kept for comparison: not a valid schedule).
+
+``scheduled_paths`` runs a schedule over many observation orders at once (simulations,
+replay); live sessions consult ``service.engine.live`` at each checkpoint with ``levels``.
+
+Example::
+
+    >>> [float(f"{x:.3g}") for x in levels([250, 500, 750, 1000], 0.05, "obrien_fleming")]
+    [8.86e-05, 0.00549, 0.0181, 0.0264]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import special, stats
+
+from service.engine import rules as R
+from service.engine.errors import FieldError
+
+SPENDINGS = ("obrien_fleming", "pocock", "none")
+DEFAULT_SPENDING = "obrien_fleming"
+SCHEDULED_RULES = ("bootstrap", "paired_normal", "mcnemar", "serfling")
+"""Rules a schedule can consult: the fixed-sample rules that defer (``forced`` never does,
+and ``anytime`` needs no schedule)."""
+NO_SPENDING_WARNING = (
+    "spending 'none' consults the rule at the full level a at each of the {m} checkpoints: that is "
+    "optional stopping, and the overall error can exceed a several times over (a tie population with "
+    "26 checkpoints: about 21% false accepts for the bootstrap at a = 0.05). Use spending "
+    "'obrien_fleming' or 'pocock', or the rule 'anytime'."
+)
+
+
+def check_spending(spending: str, rule: str, field: str = "spending") -> str:
+    """``spending`` must be a known name, and only fixed-sample rules take one."""
+    if spending not in SPENDINGS:
+        raise FieldError(field, f"unknown spending '{spending}'; spendings: {', '.join(SPENDINGS)}")
+    if rule == "anytime":
+        raise FieldError(field, "anytime needs no spending: it is valid when checked after every task")
+    return spending
+
+
+def check_checkpoints(fractions: Sequence[object], field: str = "checkpoints") -> tuple[float, ...]:
+    """Checkpoint fractions: at least one, each a finite number in (0, 1], strictly increasing."""
+    if not fractions:
+        raise FieldError(field, "give at least one checkpoint")
+    out: list[float] = []
+    for i, x in enumerate(fractions):
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(float(x)):
+            raise FieldError(f"{field}[{i}]", f"a checkpoint is a number in (0, 1], got {x!r}")
+        v = float(x)
+        if not 0.0 < v <= 1.0:
+            raise FieldError(f"{field}[{i}]", f"checkpoints are fractions of N in (0, 1], got {x}")
+        if out and v <= out[-1]:
+            raise FieldError(f"{field}[{i}]", f"checkpoints must be strictly increasing: {v} follows {out[-1]}")
+        out.append(v)
+    return tuple(out)
+
+
+def spent(t: np.ndarray | float, a: float, spending: str) -> np.ndarray:
+    """Cumulative level ``α(t)`` spent by information fraction ``t`` (``α(0) = 0``, ``α(1) = a``)."""
+    t = np.clip(np.asarray(t, dtype=np.float64), 0.0, 1.0)
+    if spending == "obrien_fleming":
+        z = stats.norm.isf(a / 2.0)
+        with np.errstate(divide="ignore"):
+            return np.where(t > 0, 2.0 * special.ndtr(-z / np.sqrt(t)), 0.0)
+    if spending == "pocock":
+        return a * np.log1p((math.e - 1.0) * t)
+    if spending == "none":
+        return np.where(t > 0, a, 0.0)
+    raise ValueError(f"unknown spending '{spending}'")
+
+
+def levels(ks: Sequence[int], a: float, spending: str) -> np.ndarray:
+    """The level of each checkpoint ``k_1 < … < k_m``: ``α(t_j) − α(t_{j−1})`` with
+    ``t_j = k_j/k_m`` (``a`` at every checkpoint for ``none``)."""
+    kk = np.asarray(ks, dtype=np.float64)
+    if spending == "none":
+        return np.full(len(kk), float(a))
+    cum = spent(kk / kk[-1], a, spending)
+    cum[-1] = a  # the last checkpoint spends the rest exactly (no rounding leftover)
+    return np.diff(np.r_[0.0, cum])
+
+
+def scheduled_paths(rule: str, v: np.ndarray, lattice: int, ks: Sequence[int], lvls: Sequence[float],
+                    theta: float, n: int, cov_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """First conclusion of a fixed-sample rule consulted at checkpoints ``ks`` with levels ``lvls``.
+
+    ``v``: ``[cases, >= k_m]`` integer lattice values in observation order (``d = v/L``);
+    ``cov_ok``: ``[cases, m]`` whether coverage is met at each checkpoint (coverage-aware
+    policies conclude only there); ``n``: population size (serfling). The bootstrap is the
+    exact one. Returns ``(decision, stop)`` per case, ``stop = k_j`` of the concluding
+    checkpoint (``k_m + 1`` when none concludes).
+    """
+    v = np.asarray(v)
+    cases = v.shape[0]
+    dec = np.zeros(cases, dtype=np.int8)
+    stop = np.full(cases, int(ks[-1]) + 1, dtype=np.int64)
+    live = np.ones(cases, dtype=bool)
+    vf = v.astype(np.float64)
+    for j, (k, lvl) in enumerate(zip(ks, lvls, strict=True)):
+        idx = np.flatnonzero(live)
+        if not len(idx):
+            break
+        part = vf[idx, :k]
+        s = part.sum(axis=1)
+        kk = np.full(len(idx), k)
+        if rule == "paired_normal":
+            d = R.paired_normal(s, (part * part).sum(axis=1), kk, theta, lvl, lattice)
+        elif rule == "serfling":
+            d = R.serfling(s, kk, n, theta, lvl, lattice)
+        elif rule == "mcnemar":
+            d = R.mcnemar((part > 0).sum(axis=1), (part < 0).sum(axis=1), lvl)
+        elif rule == "bootstrap":
+            d = _bootstrap_exact(part, s, k, theta, lvl, lattice)
+        else:
+            raise ValueError(f"rule '{rule}' takes no schedule")
+        if cov_ok is not None:
+            d = np.where(cov_ok[idx, j], d, R.DEFER)
+        hit = d != R.DEFER
+        dec[idx[hit]] = d[hit]
+        stop[idx[hit]] = k
+        live[idx[hit]] = False
+    return dec, stop
+
+
+def _bootstrap_exact(part: np.ndarray, s: np.ndarray, k: int, theta: float, level: float,
+                     lattice: int) -> np.ndarray:
+    """The exact bootstrap verdict of each row (the kernels ``rules.decide`` composes)."""
+    kk = np.full(len(part), k)
+    pos = R.above(s, kk, theta, lattice)
+    c = R.bootstrap_threshold(theta, kk, lattice)
+    if lattice == 1 and np.all(np.abs(part) <= 1):
+        p_low = R.tail_binary(kk, (part > 0).sum(axis=1), (part < 0).sum(axis=1), c)
+    else:
+        vals = np.unique(part).astype(np.int64)
+        hist = (part[:, :, None] == vals[None, None, :]).sum(axis=1)
+        p_low = R.tail_lattice(hist, vals, c)
+    return R.bootstrap_from_tail(p_low, pos, level, "exact")

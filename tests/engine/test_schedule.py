@@ -1,0 +1,103 @@
+"""Schedules that spend a over their checkpoints (SPEC §4.4): spending functions against
+their formulas, input checks, and the overall error on a tie population with many looks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.engine import rules as R
+from service.engine import schedule as S
+from service.engine.coverage import budget_k
+from service.engine.errors import FieldError
+
+A = 0.05
+N = 1000
+FRACTIONS = [round(0.02 * i, 2) for i in range(1, 26)] + [1.0]
+KS = [budget_k(b, N) for b in FRACTIONS]
+
+
+def test_spending_functions_match_their_formulas() -> None:
+    t = np.array([0.1, 0.25, 0.5, 0.9, 1.0])
+    z = stats.norm.ppf(1 - A / 2)
+    of = [2 - 2 * stats.norm.cdf(z / math.sqrt(x)) for x in t]
+    assert S.spent(t, A, "obrien_fleming") == pytest.approx(of, rel=1e-12)
+    assert S.spent(t, A, "pocock") == pytest.approx([A * math.log(1 + (math.e - 1) * x) for x in t], rel=1e-12)
+    for spending in ("obrien_fleming", "pocock"):
+        lv = S.levels(KS, A, spending)
+        assert lv.sum() == pytest.approx(A, abs=1e-15) and np.all(lv > 0)
+        cum = np.cumsum(lv)
+        assert cum[:-1] == pytest.approx(S.spent(np.array(KS[:-1]) / KS[-1], A, spending), rel=1e-9)
+    assert S.levels(KS, A, "none").tolist() == [A] * len(KS)
+    assert S.levels([7], A, "obrien_fleming").tolist() == [A]  # one checkpoint: the fixed-sample test
+
+
+def test_bad_schedules_name_the_field() -> None:
+    with pytest.raises(FieldError) as e:
+        S.check_spending("bonferroni", "bootstrap")
+    assert e.value.field == "spending" and "obrien_fleming" in e.value.message
+    with pytest.raises(FieldError) as e:
+        S.check_spending("pocock", "anytime")
+    assert e.value.field == "spending"
+    for bad, field in (([0.5, 0.25], "checkpoints[1]"), ([0.5, 0.5], "checkpoints[1]"), ([0.0, 0.5], "checkpoints[0]"),
+                       ([0.5, 1.5], "checkpoints[1]"), ([float("nan")], "checkpoints[0]"), ([], "checkpoints"),
+                       ([0.2, True], "checkpoints[1]")):
+        with pytest.raises(FieldError) as e:
+            S.check_checkpoints(bad)
+        assert e.value.field == field, bad
+    assert S.check_checkpoints([0.1, 0.5, 1]) == (0.1, 0.5, 1.0)
+
+
+def _population(wins: int, losses: int) -> np.ndarray:
+    return np.r_[np.ones(wins), -np.ones(losses), np.zeros(N - wins - losses)].astype(np.int64)
+
+
+def _orders(pop: np.ndarray, reps: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(pop) for _ in range(reps)])
+
+
+@pytest.mark.parametrize("rule", ["bootstrap", "paired_normal"])
+def test_spending_keeps_the_error_under_a_with_26_checkpoints_and_none_does_not(rule: str) -> None:
+    """Tie population (Δ_full = 0 at δ = 0: every accept is false), 26 checkpoints, 2,000
+    random orders: consulting the rule at a at each checkpoint accepts far more often than
+    a; spending a (O'Brien-Fleming, Pocock) keeps it under a."""
+    v = _orders(_population(100, 100), 2000, 1)
+    rates = {}
+    for spending in S.SPENDINGS:
+        dec, stop = S.scheduled_paths(rule, v, 1, KS, S.levels(KS, A, spending), 0.0, N)
+        rates[spending] = float(np.mean(dec == R.ACCEPT))
+        assert set(np.unique(stop)) <= {*KS, KS[-1] + 1}
+    assert rates["none"] > 2.5 * A, rates
+    assert rates["obrien_fleming"] <= A and rates["pocock"] <= A, rates
+
+
+def test_spending_keeps_the_error_under_a_when_accepting_is_wrong_by_a_margin() -> None:
+    """Δ_full = -2 pp (90 wins, 110 losses), Pocock (which spends early): false accepts stay
+    under a for both rules, and without spending they do not."""
+    v = _orders(_population(90, 110), 2000, 2)
+    for rule in ("bootstrap", "paired_normal"):
+        spent = S.scheduled_paths(rule, v, 1, KS, S.levels(KS, A, "pocock"), 0.0, N)[0]
+        plain = S.scheduled_paths(rule, v, 1, KS, S.levels(KS, A, "none"), 0.0, N)[0]
+        assert np.mean(spent == R.ACCEPT) <= A < np.mean(plain == R.ACCEPT)
+
+
+def test_scheduled_paths_equal_the_rule_at_each_checkpoint() -> None:
+    """The vectorised schedule equals ``rules.decide`` called checkpoint by checkpoint."""
+    rng = np.random.default_rng(3)
+    ks, lv = [5, 12, 30, 60], S.levels([5, 12, 30, 60], A, "pocock")
+    for rule in ("bootstrap", "paired_normal", "serfling", "mcnemar"):
+        v = rng.integers(-1, 2, size=(60, 60))
+        v[:, :8] = np.where(rng.random((60, 8)) < 0.5, 1, v[:, :8])  # some early conclusions
+        dec, stop = S.scheduled_paths(rule, v, 1, ks, lv, 0.0, 60)
+        for c in range(len(v)):
+            want, at = R.DEFER, 61
+            for k, level in zip(ks, lv, strict=True):
+                got = R.decide(rule, v[c, :k].astype(float), 0.0, level, n=60).decision
+                if got != R.DEFER:
+                    want, at = got, k
+                    break
+            assert (dec[c], stop[c]) == (want, at), (rule, c)
