@@ -34,7 +34,7 @@ def population() -> tuple[list[str], np.ndarray, np.ndarray]:
     ids = [f"task-{i:04d}" for i in range(N)]
     d = np.r_[np.ones(WINS), -np.ones(LOSSES), np.zeros(N - WINS - LOSSES)]
     ya = np.where(d < 0, 0.0, 1.0)
-    ya[WINS + LOSSES + (N - WINS - LOSSES) // 2:] = 0.0  # half the ties are both-fail
+    ya[WINS + LOSSES + (N - WINS - LOSSES) // 2 :] = 0.0  # half the ties are both-fail
     return ids, ya, ya - d
 
 
@@ -56,8 +56,15 @@ def run_sessions(rule: str, spending: str | None, seeds: list[int]) -> list[tupl
         app = create_app(Settings(environment="test", data_dir=Path(tmp) / "data"))
         with TestClient(app) as client:
             for seed in seeds:
-                body: dict[str, object] = {"universe": {"task_ids": ids}, "system_a": "A", "system_b": "B",
-                                           "rule": rule, "budgets": CHECKPOINTS, "delta": 0, "a": 0.05}
+                body: dict[str, object] = {
+                    "universe": {"task_ids": ids},
+                    "system_a": "A",
+                    "system_b": "B",
+                    "rule": rule,
+                    "budgets": CHECKPOINTS,
+                    "delta": 0,
+                    "a": 0.05,
+                }
                 if spending is not None:
                     body["spending"] = spending
                 r = client.post("/v1/sessions", json=body)
@@ -67,7 +74,7 @@ def run_sessions(rule: str, spending: str | None, seeds: list[int]) -> list[tupl
                 st: dict = {}
                 for start in range(0, N, PER_APPEND):
                     rows = []
-                    for i in order[start:start + PER_APPEND].tolist():
+                    for i in order[start : start + PER_APPEND].tolist():
                         rows.append({"task_id": ids[i], "system": "A", "outcome": float(ya[i])})
                         rows.append({"task_id": ids[i], "system": "B", "outcome": float(yb[i])})
                     r = client.post(f"/v1/sessions/{sid}/observations", json={"observations": rows})
@@ -86,21 +93,29 @@ def main() -> None:
     ap.add_argument("--spendings", default="obrien_fleming", help="for fixed-sample rules (comma list)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    print(f"tie population: N={N}, {WINS} A-wins, {LOSSES} B-wins; {len(CHECKPOINTS)} checkpoints "
-          f"(2 % .. 50 %, 100 %), {PER_APPEND} tasks per append, {args.sessions} sessions each, a = 0.05")
+    print(
+        f"tie population: N={N}, {WINS} A-wins, {LOSSES} B-wins; {len(CHECKPOINTS)} checkpoints "
+        f"(2 % .. 50 %, 100 %), {PER_APPEND} tasks per append, {args.sessions} sessions each, a = 0.05"
+    )
     print(f"{'rule':<14} {'spending':<15} {'accept':>7} {'reject':>7} {'defer':>7} {'tasks':>7} {'s':>6}")
     for rule in args.rules.split(","):
-        for spending in ([None] if rule == "anytime" else args.spendings.split(",")):
+        for spending in [None] if rule == "anytime" else args.spendings.split(","):
             t0 = time.perf_counter()
             seeds = list(range(args.sessions))
-            parts = [seeds[j::args.jobs] for j in range(args.jobs)]
+            parts = [seeds[j :: args.jobs] for j in range(args.jobs)]
             with ProcessPoolExecutor(args.jobs) as pool:
-                results = [x for part in pool.map(run_sessions, [rule] * len(parts), [spending] * len(parts), parts)
-                           for x in part]
+                results = [
+                    x
+                    for part in pool.map(run_sessions, [rule] * len(parts), [spending] * len(parts), parts)
+                    for x in part
+                ]
             dec = np.array([d for d, _ in results])
             used = np.array([k for _, k in results])
-            print(f"{rule:<14} {spending or '-':<15} {np.mean(dec == 'accept'):>7.3f} {np.mean(dec == 'reject'):>7.3f} "
-                  f"{np.mean(dec == 'defer'):>7.3f} {used.mean():>7.1f} {time.perf_counter() - t0:>6.0f}", flush=True)
+            print(
+                f"{rule:<14} {spending or '-':<15} {np.mean(dec == 'accept'):>7.3f} {np.mean(dec == 'reject'):>7.3f} "
+                f"{np.mean(dec == 'defer'):>7.3f} {used.mean():>7.1f} {time.perf_counter() - t0:>6.0f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

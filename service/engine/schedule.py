@@ -97,8 +97,16 @@ def levels(ks: Sequence[int], a: float, spending: str) -> np.ndarray:
     return np.diff(np.r_[0.0, cum])
 
 
-def scheduled_paths(rule: str, v: np.ndarray, lattice: int, ks: Sequence[int], lvls: Sequence[float],
-                    theta: float, n: int, cov_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def scheduled_paths(
+    rule: str,
+    v: np.ndarray,
+    lattice: int,
+    ks: Sequence[int],
+    lvls: Sequence[float],
+    theta: float,
+    n: int,
+    cov_ok: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """First conclusion of a fixed-sample rule consulted at checkpoints ``ks`` with levels ``lvls``.
 
     ``v``: ``[cases, >= k_m]`` integer lattice values in observation order (``d = v/L``);
@@ -139,8 +147,7 @@ def scheduled_paths(rule: str, v: np.ndarray, lattice: int, ks: Sequence[int], l
     return dec, stop
 
 
-def _bootstrap_exact(part: np.ndarray, s: np.ndarray, k: int, theta: float, level: float,
-                     lattice: int) -> np.ndarray:
+def _bootstrap_exact(part: np.ndarray, s: np.ndarray, k: int, theta: float, level: float, lattice: int) -> np.ndarray:
     """The exact bootstrap verdict of each row (the kernels ``rules.decide`` composes)."""
     kk = np.full(len(part), k)
     pos = R.above(s, kk, theta, lattice)

@@ -42,9 +42,15 @@ def test_bad_schedules_name_the_field() -> None:
     with pytest.raises(FieldError) as e:
         S.check_spending("pocock", "anytime")
     assert e.value.field == "spending"
-    for bad, field in (([0.5, 0.25], "checkpoints[1]"), ([0.5, 0.5], "checkpoints[1]"), ([0.0, 0.5], "checkpoints[0]"),
-                       ([0.5, 1.5], "checkpoints[1]"), ([float("nan")], "checkpoints[0]"), ([], "checkpoints"),
-                       ([0.2, True], "checkpoints[1]")):
+    for bad, field in (
+        ([0.5, 0.25], "checkpoints[1]"),
+        ([0.5, 0.5], "checkpoints[1]"),
+        ([0.0, 0.5], "checkpoints[0]"),
+        ([0.5, 1.5], "checkpoints[1]"),
+        ([float("nan")], "checkpoints[0]"),
+        ([], "checkpoints"),
+        ([0.2, True], "checkpoints[1]"),
+    ):
         with pytest.raises(FieldError) as e:
             S.check_checkpoints(bad)
         assert e.value.field == field, bad
