@@ -9,13 +9,16 @@ import sys
 
 from service import __version__
 
-SUBCOMMANDS = ("replay", "synth", "leaderboard", "stats", "serve", "worker", "migrate", "demo", "keys")
+SUBCOMMANDS = ("replay", "synth", "leaderboard", "stats", "serve", "worker", "migrate", "demo", "keys", "example")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sufficiency",
-        description="When is a partial agent-benchmark run enough? See SPEC.md for every number.",
+        description=(
+            "When is a partial agent-benchmark run enough? Every number is defined in docs/spec.md "
+            "(in the repository). New here? `sufficiency example` writes a small real dataset to try."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"sufficiency {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

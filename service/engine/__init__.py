@@ -1,2 +1,2 @@
 """Pure numerics (numpy/scipy only, no I/O): records, coverage, orders, rules, replay,
-sufficiency and evaluation statistics, as defined in SPEC.md."""
+sufficiency and evaluation statistics, as defined in docs/spec.md."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.engine.records import parse_records
@@ -171,17 +172,19 @@ def test_cli_and_api_reports_are_byte_identical(client: TestClient, tmp_path) ->
     assert client.get(f"/v1/replays/{rid}/report.csv").content == csv_out.read_bytes()
 
 
-def test_real_dataset_through_the_api(client: TestClient, tmp_path) -> None:  # noqa: ANN001
-    """A real benchmark (../shared/data), few orders: API report == CLI report."""
+@pytest.mark.parametrize(("name", "shape"), [("tau2_airline", (5, 50)), ("swebench_java_verified", (5, 91))])
+def test_real_dataset_through_the_api(client: TestClient, tmp_path, name: str, shape: tuple) -> None:  # noqa: ANN001
+    """A real benchmark (the shipped one always; ../shared/data when present), few orders:
+    API report == CLI report."""
     from service.cli import main
     from tests.conftest import shared_dataset
 
-    path = shared_dataset("swebench_java_verified")
+    path = shared_dataset(name)
     out = tmp_path / "cli.json"
     args = ["--policy", "coverage_bootstrap", "--delta", "0", "--orders", "10", "--group", "group", "--seed", "3"]
     assert main(["replay", str(path), *args, "--format", "json", "--out", str(out)]) == 0
     ds = client.post("/v1/datasets", files={"file": ("records.csv", path.read_bytes(), "text/csv")}).json()
-    assert ds["n_systems"] == 5 and ds["n_tasks"] == 91
+    assert (ds["n_systems"], ds["n_tasks"]) == shape
     spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 10, "groups": ["group"], "seed": 3}
     rid = _submit(client, ds["id"], **spec)["id"]
     assert wait_for(client, rid)["status"] == "succeeded"
