@@ -14,9 +14,10 @@ def test_example_writes_the_shipped_files_and_refuses_to_clobber(tmp_path, capsy
     out = tmp_path / "tau2_airline"
     for name in examples.FILES:
         assert (out / name).read_bytes() == (examples.path().parent / name).read_bytes()
-    assert "MIT" in (out / "LICENSE").read_text() and "a2c024725189473d2d7cea3a5cfdbcc67478e41f" in (
-        out / "SOURCE.md"
-    ).read_text()
+    assert (
+        "MIT" in (out / "LICENSE").read_text()
+        and "a2c024725189473d2d7cea3a5cfdbcc67478e41f" in (out / "SOURCE.md").read_text()
+    )
     (out / "records.csv").write_text("edited")
     assert main(["example", "--dir", str(tmp_path)]) == 2
     assert "differs" in capsys.readouterr().err
@@ -30,16 +31,35 @@ def test_shipped_dataset_is_complete_and_matches_its_provenance_table() -> None:
     assert (rec.trials == 1).all()  # every system ran every task once
     passed = dict(zip(rec.systems, (rec.y.sum(axis=1)).astype(int).tolist(), strict=True))
     assert passed == {
-        "aide-platform_claude-sonnet-4-5": 36, "distyl-button_claude-opus-4-6": 38,
-        "ironshell-adaptive-agent_claude-opus-4-6": 49, "nvidia-toolorchestra": 28, "sierra-exp_qwen2.5-7b": 9,
+        "aide-platform_claude-sonnet-4-5": 36,
+        "distyl-button_claude-opus-4-6": 38,
+        "ironshell-adaptive-agent_claude-opus-4-6": 49,
+        "nvidia-toolorchestra": 28,
+        "sierra-exp_qwen2.5-7b": 9,
     }
 
 
 def test_readme_commands_run_on_the_shipped_dataset(tmp_path, capsys) -> None:  # noqa: ANN001
     path = str(examples.path())
     out = tmp_path / "r.json"
-    args = ["replay", path, "--policy", "coverage_bootstrap", "--policy", "serfling_coverage", "--delta", "0",
-            "--delta", "5", "--orders", "40", "--format", "json", "--out", str(out)]
+    args = [
+        "replay",
+        path,
+        "--policy",
+        "coverage_bootstrap",
+        "--policy",
+        "serfling_coverage",
+        "--delta",
+        "0",
+        "--delta",
+        "5",
+        "--orders",
+        "40",
+        "--format",
+        "json",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     report = json.loads(out.read_text())
     assert report["spec"]["deltas"] == [0.0, 5.0]

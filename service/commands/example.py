@@ -19,8 +19,12 @@ def register(subparsers) -> None:
             "after the dataset, so uploads of it get a useful default name."
         ),
     )
-    p.add_argument("name", nargs="?", default=examples.DEFAULT,
-                   help=f"which example (default {examples.DEFAULT}; --list shows them)")
+    p.add_argument(
+        "name",
+        nargs="?",
+        default=examples.DEFAULT,
+        help=f"which example (default {examples.DEFAULT}; --list shows them)",
+    )
     p.add_argument("--dir", default=".", help="parent folder to write into (default: the current one)")
     p.add_argument("--list", action="store_true", help="list the shipped examples and exit")
     p.add_argument("--force", action="store_true", help="overwrite files that differ from the shipped ones")
