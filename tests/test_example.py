@@ -67,3 +67,9 @@ def test_readme_commands_run_on_the_shipped_dataset(tmp_path, capsys) -> None:  
     assert main(["leaderboard", path]) == 0
     assert "ironshell-adaptive-agent_claude-opus-4-6" in capsys.readouterr().out
     assert main(["stats", "pair", path, "distyl-button_claude-opus-4-6", "aide-platform_claude-sonnet-4-5"]) == 0
+
+
+def test_stats_pair_with_an_unknown_system_lists_the_known_ones(capsys) -> None:  # noqa: ANN001
+    assert main(["stats", "pair", str(examples.path()), "nope", "nvidia-toolorchestra"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown system 'nope'" in err and "sierra-exp_qwen2.5-7b" in err and "nvidia-toolorchestra" in err

@@ -69,7 +69,9 @@ class PassK:
 class ClusteredSE:
     """Standard error of a mean over tasks, with and without clustering.
 
-    ``design_effect = se**2 / se_iid**2``; ``effective_tasks = n_tasks / design_effect``.
+    ``design_effect = se**2 / se_iid**2``; ``effective_tasks = min(n_tasks, n_tasks /
+    design_effect)``, capped (``effective_tasks_note`` says so) for the reason given in
+    ``clustered_se``.
     """
 
     mean: float
@@ -79,6 +81,7 @@ class ClusteredSE:
     effective_tasks: float
     n_tasks: int
     n_clusters: int
+    effective_tasks_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -517,8 +520,17 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> Clus
         se_iid² = sum_t (v_t - m)² / (N (N - 1))
 
     With every task its own cluster the two coincide. ``design_effect = se² / se_iid²``
-    and ``effective_tasks = N / design_effect``. ``se`` is NaN with fewer than 2
-    clusters, ``se_iid`` with fewer than 2 tasks.
+    and ``effective_tasks = N / design_effect``, capped at ``N``. ``se`` is NaN with fewer
+    than 2 clusters, ``se_iid`` with fewer than 2 tasks.
+
+    Why the cap: the effective number of tasks reads as "as precise as this many independent
+    tasks", and clustering cannot make tasks more informative than independent ones in the
+    model that motivates it (non-negative within-cluster correlation). A design effect below 1
+    comes from the noise of the CR1 variance, which has only ``G - 1`` degrees of freedom (its
+    relative standard error is about ``sqrt(2 / (G - 1))``: 43 % with 12 clusters), or from
+    negatively correlated clusters; neither earns 491 "effective" tasks out of 300. The design
+    effect and ``se`` are reported as computed (the interval uses the CR1 ``se``); only the
+    count is capped, and ``effective_tasks_note`` explains it whenever the cap applies.
     """
     v = np.asarray(values, dtype=np.float64)
     n = v.size
@@ -542,7 +554,13 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> Clus
         eff = n / deff if deff > 0 else math.inf
     else:
         deff = eff = math.nan
-    return ClusteredSE(mean, se, se_iid, deff, eff, n, n_clusters)
+    note = None
+    if eff > n:  # NaN compares False: no note without a design effect
+        note = (f"design effect {deff:.3g} < 1 with {n_clusters} clusters (the CR1 variance has {n_clusters - 1} "
+                f"degrees of freedom, relative SE about {math.sqrt(2 / (n_clusters - 1)):.0%}): effective tasks "
+                f"capped at the {n} tasks: below 1 it is noise, not extra information")
+        eff = float(n)
+    return ClusteredSE(mean, se, se_iid, deff, eff, n, n_clusters, note)
 
 
 # --------------------------------------------------------------------------- single systems
@@ -552,7 +570,8 @@ def _system_index(records: Records, system: str, field: str = "system") -> int:
     try:
         return records.systems.index(system)
     except ValueError:
-        raise StatsInputError(field, f"unknown system '{system}'") from None
+        known = ", ".join(records.systems[:50]) + (f" ... ({len(records.systems)} in all)" if len(records.systems) > 50 else "")
+        raise StatsInputError(field, f"unknown system '{system}'; the systems of this dataset: {known}") from None
 
 
 def _labels(records: Records, cluster: str | Sequence[str] | None) -> np.ndarray | None:

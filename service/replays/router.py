@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import repository, service
+from service.replays.filters import check_metric_filters
 from service.replays.schemas import MetricPage, MetricRowRead, ReplayCreate, ReplayPage, ReplayRead, Status
 
 router = APIRouter(prefix="/v1/replays", tags=["replays"])
@@ -108,8 +109,10 @@ def get_report_csv(
 @router.get(
     "/{replay_id}/metrics",
     response_model=MetricPage,
-    responses=responses(NotFound, Conflict),
+    responses=responses(NotFound, Conflict, Unprocessable),
     summary="Query the report's metric rows",
+    description="Each filter must match at least one row of the replay: a value it does not have is a 422 "
+    "naming it and listing the values it has.",
 )
 def get_metrics(
     replay_id: uuid.UUID,
@@ -132,6 +135,7 @@ def get_metrics(
         "policy": policy, "metric": metric, "delta": delta, "budget": budget,
         "floor": floor, "group": group, "a": a, "bootstrap": bootstrap,
     }
+    check_metric_filters(session, replay_id, filters)
     rows, total = repository.metric_page(session, replay_id, filters, limit=limit, offset=offset)
     items = [
         MetricRowRead(

@@ -8,8 +8,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Response
 
 from service.deps import SessionDep
-from service.errors import Conflict, NotFound, responses
+from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import service as replays
+from service.replays.filters import check_deltas
 from service.replays.models import SUCCEEDED
 from service.reports import figures
 from service.reports import service as reports
@@ -42,14 +43,14 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
             "description": "The figure; the same report always gives the same bytes",
         },
         304: {"description": "Not modified (If-None-Match matched the ETag)"},
-        **responses(NotFound, Conflict),
+        **responses(NotFound, Conflict, Unprocessable),
     },
     summary="A report figure (unresolved, errors, coverage) as SVG or PNG",
     description=(
         "Drawn with matplotlib from the stored report: one panel per δ, one line per configuration, "
         "against the task budget. `unresolved`: defer rate with the η band and each minimum sufficient "
         "budget marked; `errors`: false accept (solid) and false reject (dashed) with the α band; "
-        "`coverage`: coverage failure with the γ band. `delta` (repeatable) limits the panels."
+        "`coverage`: coverage failure with the γ band. `delta` (repeatable) limits the panels; a δ the replay does not have is a 422 listing its thresholds."
     ),
 )
 def get_figure(
@@ -61,6 +62,7 @@ def get_figure(
     if_none_match: Annotated[str | None, Header()] = None,
 ) -> Response:
     replay = replays.get(session, replay_id)
+    check_deltas(replay.spec, delta, replay_id)
     if replay.status == SUCCEEDED and replay.report_etag:
         etag = reports.figure_etag(replay, name, fmt, delta)
         if _matches(if_none_match, etag):

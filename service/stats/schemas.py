@@ -187,9 +187,12 @@ class ClusteredRead(BaseModel):
     se: float | None = Field(description="CR1 cluster-robust standard error of the mean.")
     se_iid: float | None
     design_effect: float | None
-    effective_tasks: float | None
+    effective_tasks: float | None = Field(description="n_tasks / design_effect, capped at n_tasks (see the note).")
     n_tasks: int
     n_clusters: int
+    effective_tasks_note: str | None = Field(
+        default=None, description="Set when the cap applied: a design effect below 1 is CR1 noise, not information."
+    )
 
 
 class SystemStatsRead(BaseModel):

@@ -182,7 +182,7 @@ def test_clustered_se_matches_a_direct_sandwich():
     assert res.se == pytest.approx(math.sqrt(V[0, 0]), rel=1e-12)
     assert res.se_iid == pytest.approx(np.std(v, ddof=1) / math.sqrt(60), rel=1e-12)
     assert res.design_effect == pytest.approx((res.se / res.se_iid) ** 2)
-    assert res.effective_tasks == pytest.approx(60 / res.design_effect)
+    assert res.effective_tasks == pytest.approx(min(60, 60 / res.design_effect))
     single = E.clustered_se(v, np.arange(60))
     assert single.se == pytest.approx(single.se_iid, rel=1e-12) and single.design_effect == pytest.approx(1)
 
@@ -350,3 +350,23 @@ def test_terminal_bench_pass_hat_k_from_real_trials():
         assert all(x >= y - 1e-12 for x, y in itertools.pairwise(hats))
         assert all(x <= y + 1e-12 for x, y in itertools.pairwise(ats))
         assert curve[0].pass_at_k == pytest.approx(np.nanmean(rec.y[s]))
+
+
+def test_effective_tasks_are_capped_at_the_tasks_with_a_note_when_the_design_effect_is_below_one():
+    """12 clusters of 25 tasks of independent values: the CR1 design effect scatters around 1
+    (11 degrees of freedom), so about half the seeds give deff < 1, which must not report more
+    effective tasks than tasks."""
+    clusters = np.arange(300) // 25
+    below = above = 0
+    for seed in range(40):
+        v = np.random.default_rng(seed).integers(0, 2, 300).astype(float)
+        res = E.clustered_se(v, clusters)
+        assert res.design_effect == pytest.approx((res.se / res.se_iid) ** 2)  # reported as computed
+        assert res.effective_tasks == pytest.approx(min(300, 300 / res.design_effect))
+        if res.design_effect < 1:
+            below += 1
+            assert res.effective_tasks == 300 and "design effect" in res.effective_tasks_note
+        else:
+            above += 1
+            assert res.effective_tasks_note is None
+    assert below and above  # both branches exercised
