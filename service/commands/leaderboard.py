@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.records} is not valid records:", file=sys.stderr)
         for e in exc.errors:
             print(f"  {e}", file=sys.stderr)
+        if exc.summary:
+            print(f"  {exc.summary}", file=sys.stderr)
         return 2
     try:
         board = leaderboard(records, args.level, args.cluster, args.correction, args.matrix, args.ties)

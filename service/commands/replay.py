@@ -51,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+FLAGS = {"policies": "--policy", "policy": "--policy", "deltas": "--delta", "floors": "--floor",
+         "groups": "--group", "group": "--group"}
+"""Spec fields whose flag is singular (repeated to sweep); the others are the field's name."""
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag that sets spec field ``field`` (errors must name a real flag)."""
+    return FLAGS.get(field, f"--{field.replace('_', '-')}")
+
+
 def _bootstrap_values(values: list[str] | None) -> list[int | str] | None:
     if not values:
         return None
@@ -127,12 +137,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.records} is not valid:", file=sys.stderr)
         for e in exc.errors:
             print(f"  {e}", file=sys.stderr)
+        if exc.summary:
+            print(f"  {exc.summary}", file=sys.stderr)
         return 2
     try:
         spec = spec_from_args(args)
         plan = plan_replay(records, spec)
     except SpecError as exc:
-        print(f"error: --{exc.field.replace('_', '-')}: {exc.message}", file=sys.stderr)
+        print(f"error: {flag_of(exc.field)}: {exc.message}", file=sys.stderr)
         return 2
     if args.jobs < 1:
         print("error: --jobs must be at least 1", file=sys.stderr)

@@ -89,17 +89,27 @@ def _emit(value: object) -> int:
     return 0
 
 
+POSITIONAL = {"a": "A", "b": "B", "system": "SYSTEM", "records": "RECORDS"}
+
+
+def _arg_of(field: str) -> str:
+    """The argument as the user typed it: a positional's name or the flag (errors must name a real one)."""
+    return POSITIONAL.get(field, f"--{field.replace('_', '-')}")
+
+
 def _guard(fn):
     def run(args: argparse.Namespace) -> int:
         try:
             return fn(args)
         except E.StatsInputError as exc:
-            print(f"error: {exc.field}: {exc.message}", file=sys.stderr)
+            print(f"error: {_arg_of(exc.field)}: {exc.message}", file=sys.stderr)
             return 2
         except RecordsError as exc:
             print("error: invalid records:", file=sys.stderr)
             for e in exc.errors:
                 print(f"  {e}", file=sys.stderr)
+            if exc.summary:
+                print(f"  {exc.summary}", file=sys.stderr)
             return 2
         except OSError as exc:
             print(f"error: {exc}", file=sys.stderr)

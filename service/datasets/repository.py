@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import func, select
+from sqlalchemy import delete as sql_delete
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session, undefer
 
 from service.datasets.models import Dataset
@@ -33,3 +34,17 @@ def add(session: Session, dataset: Dataset) -> Dataset:
     session.add(dataset)
     session.flush()
     return dataset
+
+
+def name_taken(session: Session, name: str) -> bool:
+    return bool(session.scalar(select(exists().where(Dataset.name == name))))
+
+
+def delete(session: Session, dataset: Dataset) -> None:
+    """Delete the row; live sessions that came from it keep their copied universe."""
+    from service.sessions.models import LiveSession
+
+    session.execute(update(LiveSession.__table__).where(LiveSession.__table__.c.dataset_id == dataset.id)
+                    .values(dataset_id=None))
+    session.execute(sql_delete(Dataset.__table__).where(Dataset.__table__.c.id == dataset.id))
+    session.expunge(dataset)

@@ -13,9 +13,17 @@ from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
 from service.datasets import repository, service
-from service.datasets.schemas import DatasetPage, DatasetRead, DatasetRowsCreate
+from service.datasets.schemas import DatasetDeleted, DatasetPage, DatasetRead, DatasetRowsCreate, DatasetUpdate
 from service.deps import SessionDep, SettingsDep
-from service.errors import BadRequest, NotFound, PayloadTooLarge, Unprocessable, UnsupportedMediaType, responses
+from service.errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    Unprocessable,
+    UnsupportedMediaType,
+    responses,
+)
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -24,9 +32,11 @@ FORMATS = ("csv", "jsonl")
 
 @dataclass(frozen=True)
 class Upload:
-    name: str
+    name: str | None
+    """The name the client gave; None = derive one (``service.default_name``)."""
     content: bytes
     fmt: str | None
+    filename: str | None = None
 
 
 async def _read_capped(request: Request, limit: int) -> bytes:
@@ -95,9 +105,10 @@ async def read_upload(request: Request) -> Upload:
         name = form.get("name")
         fmt = form.get("format")
         return Upload(
-            name=str(name) if isinstance(name, str) and name else (file.filename or "dataset"),
+            name=str(name) if isinstance(name, str) and name.strip() else None,
             content=content,
             fmt=_format_of(fmt if isinstance(fmt, str) else None, file.filename),
+            filename=file.filename,
         )
     finally:
         await form.close()
@@ -137,12 +148,17 @@ _UPLOAD_BODY = {
 )
 def create_dataset(
     upload: Annotated[Upload, Depends(read_upload)], session: SessionDep, settings: SettingsDep, response: Response
-):
+) -> DatasetRead:
     dataset, created = service.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
-                                      max_rows=settings.max_upload_rows, max_cells=settings.max_systems_x_tasks)
+                                      max_rows=settings.max_upload_rows, max_cells=settings.max_systems_x_tasks,
+                                      filename=upload.filename)
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
-    return dataset
+    read = DatasetRead.model_validate(dataset)
+    if not created:
+        fmt = upload.fmt or ("jsonl" if upload.content.lstrip()[:1] == b"{" else "csv")
+        read = read.model_copy(update={"notice": service.duplicate_notice(dataset, upload.name, fmt)})
+    return read
 
 
 @router.get("", response_model=DatasetPage, summary="List datasets, newest first")
@@ -160,3 +176,29 @@ def list_datasets(
 @router.get("/{dataset_id}", response_model=DatasetRead, responses=responses(NotFound))
 def get_dataset(dataset_id: uuid.UUID, session: SessionDep):
     return service.get(session, dataset_id)
+
+
+@router.patch(
+    "/{dataset_id}", response_model=DatasetRead, responses=responses(NotFound, Unprocessable), summary="Rename a dataset"
+)
+def rename_dataset(dataset_id: uuid.UUID, body: DatasetUpdate, session: SessionDep):
+    return service.rename(session, dataset_id, body.name.strip())
+
+
+@router.delete(
+    "/{dataset_id}",
+    response_model=DatasetDeleted,
+    responses=responses(NotFound, Conflict),
+    summary="Delete a dataset (409 while a replay of it runs, or while finished ones exist without ?with_replays=true)",
+    description="Refused with 409, saying why, while a replay of the dataset is queued or running, while finished "
+    "replays of another owner use it, and while finished replays of it exist unless `with_replays=true` "
+    "(then they are deleted with it, reports included, and listed in the answer). Live sessions keep the "
+    "universe they copied at creation.",
+)
+def delete_dataset(
+    dataset_id: uuid.UUID,
+    session: SessionDep,
+    with_replays: Annotated[bool, Query(description="Also delete the finished replays of it (and their reports)")] = False,
+) -> DatasetDeleted:
+    deleted = service.delete(session, dataset_id, with_replays=with_replays)
+    return DatasetDeleted(id=dataset_id, deleted_replays=deleted)

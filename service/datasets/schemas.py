@@ -12,8 +12,22 @@ from pydantic import BaseModel, ConfigDict, Field
 class DatasetRowsCreate(BaseModel):
     """JSON alternative to a file upload: the records as objects (SPEC §1 fields)."""
 
-    name: str = Field(default="dataset", max_length=200)
+    name: str | None = Field(default=None, max_length=200, description="Default: 'dataset-' + 8 hex digits of the "
+                             "content hash.")
     rows: list[dict[str, Any]]
+
+
+class DatasetUpdate(BaseModel):
+    """A new name (datasets are otherwise immutable: their records define them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
+
+
+class DatasetDeleted(BaseModel):
+    id: uuid.UUID
+    deleted_replays: list[uuid.UUID] = Field(description="Finished replays deleted with it (?with_replays=true).")
 
 
 class SystemSummary(BaseModel):
@@ -44,7 +58,8 @@ class DatasetRead(BaseModel):
 
     id: uuid.UUID
     name: str
-    content_hash: str
+    content_hash: str = Field(description="SHA-256 of the normalised records (the same records as CSV or JSONL, in "
+                              "any row order, have the same hash); of the bytes for datasets stored before that.")
     format: str
     size_bytes: int
     n_records: int
@@ -52,6 +67,8 @@ class DatasetRead(BaseModel):
     n_tasks: int
     created_at: datetime
     summary: DatasetSummary
+    notice: str | None = Field(default=None, description="On a re-upload (200): which stored dataset these records "
+                               "are, and that a new name was not applied.")
 
 
 class DatasetPage(BaseModel):

@@ -16,12 +16,25 @@ from sqlalchemy.orm import Session
 
 from service.datasets import repository
 from service.datasets.models import Dataset
+from service.engine.identity import records_digest
 from service.engine.records import Records, RecordsError, parse_records
 from service.errors import NotFound, PayloadTooLarge, Unprocessable
 
+GENERIC_STEMS = frozenset({
+    "", "records", "record", "data", "dataset", "results", "result", "output", "out", "export", "file", "upload",
+    "download", "test", "sample", "rows", "runs", "scores", "eval", "evals", "benchmark",
+})
+"""File names that say nothing about the benchmark (every shared file is ``records.csv``)."""
+NAME_MAX = 200
+
 
 def records_error_detail(exc: RecordsError) -> list[dict[str, Any]]:
-    return [{"row": e.row, "field": e.field, "message": e.message} for e in exc.errors]
+    """The listed problems; when more were found than listed, a last entry (no row, no
+    field) gives the totals, so 12,600 bad rows never read as 20."""
+    detail = [{"row": e.row, "field": e.field, "message": e.message} for e in exc.errors]
+    if exc.summary:
+        detail.append({"row": None, "field": None, "message": exc.summary})
+    return detail
 
 
 def rows_to_jsonl(rows: list[dict[str, Any]]) -> bytes:
@@ -66,20 +79,38 @@ def summarize(records: Records) -> dict[str, Any]:
     }
 
 
+def default_name(session: Session, filename: str | None, digest: str) -> str:
+    """A name for an upload that gave none: the file's stem, unless it is generic
+    (``records``) or another dataset has it already; then the stem with the first 8 hex digits
+    of the content hash (``records-3f9a1c2b``), which is stable for the same records and tells
+    two ``records.csv`` apart."""
+    base = filename or ""
+    stem = base.rsplit(".", 1)[0] if "." in base else base
+    stem = stem.strip()[: NAME_MAX - 9]
+    if stem.lower() not in GENERIC_STEMS and not repository.name_taken(session, stem):
+        return stem
+    return f"{stem or 'dataset'}-{digest[:8]}"
+
+
 def create(
-    session: Session, *, name: str, content: bytes, fmt: str | None, max_rows: int | None = None,
-    max_cells: int | None = None,
+    session: Session, *, name: str | None, content: bytes, fmt: str | None, max_rows: int | None = None,
+    max_cells: int | None = None, filename: str | None = None,
 ) -> tuple[Dataset, bool]:
-    """Store a validated dataset; the same bytes again return the stored one (``created=False``).
-    More than ``max_rows`` records or ``max_cells`` systems x tasks is refused (413)."""
-    digest = hashlib.sha256(content).hexdigest()
-    existing = repository.get_by_hash(session, digest)
-    if existing is not None:
-        return existing, False
+    """Store a validated dataset; the same records again (as CSV or JSONL, in any row order)
+    return the stored one (``created=False``, its name unchanged: see ``duplicate_notice``).
+    ``name`` None derives one (``default_name``). More than ``max_rows`` records or
+    ``max_cells`` systems x tasks is refused (413)."""
     try:
         records = parse_records(content, fmt=fmt)
     except RecordsError as exc:
         raise Unprocessable(records_error_detail(exc)) from None
+    digest = records_digest(records)
+    # datasets stored before records identity carry the hash of their bytes
+    existing = repository.get_by_hash(session, digest) or repository.get_by_hash(
+        session, hashlib.sha256(content).hexdigest()
+    )
+    if existing is not None:
+        return existing, False
     n_rows, cells = int(records.raw_outcome.size), records.n_systems * records.n_tasks
     if max_rows is not None and n_rows > max_rows:
         raise PayloadTooLarge(f"the dataset has {n_rows:,} records; the limit is {max_rows:,}")
@@ -89,7 +120,7 @@ def create(
     fmt = fmt or ("jsonl" if content.lstrip()[:1] == b"{" else "csv")
     dataset = Dataset(
         id=uuid.uuid4(),
-        name=name[:200] or "dataset",
+        name=(name or "").strip()[:NAME_MAX] or default_name(session, filename, digest),
         content_hash=digest,
         format=fmt,
         size_bytes=len(content),
@@ -109,6 +140,57 @@ def create(
         return existing, False
     _cache_put(dataset.id, records)
     return dataset, True
+
+
+def duplicate_notice(dataset: Dataset, requested_name: str | None, fmt: str | None) -> str:
+    """What a re-upload of stored records must be told: which dataset it is, and that a new
+    name was not applied (datasets are shared: an upload does not rename someone's dataset)."""
+    text = f"these records are already stored as dataset {dataset.id} '{dataset.name}'"
+    if fmt and fmt != dataset.format:
+        text += f" (uploaded as {dataset.format}; the same records as {fmt} are the same dataset)"
+    if requested_name and requested_name.strip() and requested_name.strip() != dataset.name:
+        text += (f"; the name '{requested_name.strip()}' was not applied: PATCH /v1/datasets/{dataset.id} "
+                 '{"name": ...} renames it')
+    return text
+
+
+def rename(session: Session, dataset_id: uuid.UUID, name: str) -> Dataset:
+    dataset = get(session, dataset_id)
+    dataset.name = name
+    session.flush()
+    return dataset
+
+
+def delete(session: Session, dataset_id: uuid.UUID, *, with_replays: bool) -> list[uuid.UUID]:
+    """Delete a dataset; returns the ids of the finished replays deleted with it.
+
+    Refused (409, saying why) while a replay of it is queued or running, when finished replays
+    of it exist and ``with_replays`` is false (their reports would go with it: nothing is lost
+    without asking), and when replays of another owner use it (one cannot delete others'
+    work). Live sessions keep the universe they copied at creation; their link is cleared."""
+    from service.errors import Conflict
+    from service.replays import repository as replays_repo
+
+    dataset = get(session, dataset_id)
+    uses = replays_repo.uses_of_dataset(session, dataset_id)
+    active = [u for u in uses if not u.finished]
+    if active:
+        shown = ", ".join(f"{u.id} ({u.status})" for u in active if u.visible) or "not yours"
+        raise Conflict(f"dataset {dataset_id} has {len(active)} replay(s) queued or running ({shown}); cancel them "
+                       "(DELETE /v1/replays/{id}) or wait until they finish, then delete the dataset")
+    foreign = [u for u in uses if not u.visible]
+    if foreign:
+        raise Conflict(f"dataset {dataset_id} is used by {len(foreign)} finished replay(s) of other owners; "
+                       "it cannot be deleted while they exist")
+    if uses and not with_replays:
+        ids = ", ".join(str(u.id) for u in uses[:20]) + (" ..." if len(uses) > 20 else "")
+        raise Conflict(f"dataset {dataset_id} has {len(uses)} finished replay(s) ({ids}); deleting it deletes their "
+                       "reports too: repeat with ?with_replays=true to do that, or download them first")
+    deleted = [u.id for u in uses]
+    replays_repo.delete_replays(session, deleted)
+    repository.delete(session, dataset)
+    _cache_drop(dataset_id)
+    return deleted
 
 
 def get(session: Session, dataset_id: uuid.UUID) -> Dataset:
@@ -151,6 +233,11 @@ def _cache_put(key: uuid.UUID, value: Records) -> None:
         _CACHE.move_to_end(key)
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
+
+
+def _cache_drop(key: uuid.UUID) -> None:
+    with _CACHE_LOCK:
+        _CACHE.pop(key, None)
 
 
 def _json_safe(value: Any) -> Any:

@@ -21,13 +21,23 @@ REQUIRED = ("system", "task_id", "outcome")
 """Columns every record needs; ``trial`` defaults to 0 and ``cost`` to missing."""
 CORE = ("system", "task_id", "trial", "outcome", "cost")
 MAX_ERRORS = 20
-"""Stop collecting after this many problems: the first few are what a user fixes."""
+"""List this many problems (the first few are what a user fixes); all of them are counted."""
+TRUE_WORDS, FALSE_WORDS = frozenset({"true"}), frozenset({"false"})
+"""CSV spellings of a boolean outcome (any case), read as 1 and 0 like JSON's true / false."""
+HEADER_HINTS = {
+    "model": "system", "agent": "system", "submission": "system", "system_name": "system",
+    "instance_id": "task_id", "task": "task_id", "example_id": "task_id", "id": "task_id", "sample_id": "task_id",
+    "resolved": "outcome", "pass1": "outcome", "passed": "outcome", "success": "outcome", "score": "outcome",
+    "reward": "outcome", "correct": "outcome", "is_resolved": "outcome",
+}
+"""Column names other tools use for our required ones: a missing column names its likely alias."""
 
 
 @dataclass(frozen=True)
 class RecordError:
     """One validation problem. ``row`` is 1-based over data records (the CSV header and
-    blank JSONL lines are not counted); ``None`` when the problem is the whole input."""
+    blank JSONL lines are not counted), printed as "data row N"; ``None`` when the problem is
+    the whole input."""
 
     row: int | None
     field: str | None
@@ -36,20 +46,31 @@ class RecordError:
     def __str__(self) -> str:
         where = []
         if self.row is not None:
-            where.append(f"row {self.row}")
+            where.append(f"data row {self.row}")
         if self.field is not None:
             where.append(f"field '{self.field}'")
         return f"{', '.join(where)}: {self.message}" if where else self.message
 
 
 class RecordsError(ValueError):
-    """The input is not a valid dataset; ``errors`` lists every problem found (capped)."""
+    """The input is not a valid dataset. ``errors`` lists the first ``MAX_ERRORS`` problems;
+    ``total`` counts all of them and ``bad_rows`` the distinct data rows they are on."""
 
-    def __init__(self, errors: Sequence[RecordError]):
+    def __init__(self, errors: Sequence[RecordError], total: int | None = None, bad_rows: int | None = None):
         self.errors = list(errors)
+        self.total = max(total or 0, len(self.errors))
+        self.bad_rows = bad_rows if bad_rows is not None else len({e.row for e in self.errors if e.row is not None})
         shown = "; ".join(str(e) for e in self.errors[:5])
-        more = f" (and {len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
+        more = f" (and {self.total - 5} more)" if self.total > 5 else ""
         super().__init__(f"invalid records: {shown}{more}")
+
+    @property
+    def summary(self) -> str | None:
+        """One line giving the totals when not every problem is listed (else None)."""
+        if self.total <= len(self.errors):
+            return None
+        return (f"{self.total:,} problems on {self.bad_rows:,} data rows in all (rows count data records from 1, "
+                f"the CSV header not included); the first {len(self.errors)} are listed")
 
 
 @dataclass(frozen=True)
@@ -223,53 +244,81 @@ def _csv_rows(text: str) -> list[Mapping[str, object]]:
     header = [h.strip() for h in header]
     _check_header(header)
     rows: list[Mapping[str, object]] = []
+    width: list[RecordError] = []
+    n_width = 0
     try:
         for i, values in enumerate(reader, start=1):
             if not values or all(not v.strip() for v in values):
                 rows.append({})  # blank line: keeps numbering, reported below
                 continue
             if len(values) != len(header):
-                raise RecordsError(
-                    [RecordError(i, None, f"has {len(values)} values, the header has {len(header)}")]
-                )
+                n_width += 1
+                if len(width) < MAX_ERRORS:
+                    width.append(RecordError(i, None, f"has {len(values)} values, the header has {len(header)} "
+                                                      f"({', '.join(header)})"))
+                rows.append({})
+                continue
             rows.append(dict(zip(header, values, strict=True)))
     except csv.Error as exc:
-        raise RecordsError([RecordError(len(rows) + 1, None, f"CSV syntax error: {exc}")]) from None
+        raise RecordsError([*width, RecordError(len(rows) + 1, None, f"CSV syntax error: {exc}")],
+                           total=n_width + 1, bad_rows=n_width + 1) from None
+    if width:
+        raise RecordsError(width, total=n_width, bad_rows=n_width)
     return rows
 
 
 def _jsonl_rows(text: str) -> list[Mapping[str, object]]:
     rows: list[Mapping[str, object]] = []
     errors: list[RecordError] = []
-    for line in text.splitlines():
+    n_bad = 0
+    for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         row_no = len(rows) + 1
+        problem = None
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            errors.append(RecordError(row_no, None, f"not valid JSON ({exc.msg})"))
-            obj = {}
-        if not isinstance(obj, dict):
-            errors.append(RecordError(row_no, None, "each line must be a JSON object"))
-            obj = {}
+            problem, obj = f"not valid JSON ({exc.msg}; line {line_no} of the file)", {}
+        if problem is None and not isinstance(obj, dict):
+            problem, obj = f"each line must be a JSON object (line {line_no} of the file)", {}
+        if problem is not None:
+            n_bad += 1
+            if len(errors) < MAX_ERRORS:
+                errors.append(RecordError(row_no, None, problem))
         rows.append(obj)
-        if len(errors) >= MAX_ERRORS:
-            break
     if errors:
-        raise RecordsError(errors)
+        raise RecordsError(errors, total=n_bad, bad_rows=n_bad)
     if not rows:
         raise RecordsError([RecordError(None, None, "the file is empty")])
     return rows
+
+
+def missing_columns_error(columns: Sequence[str], missing: Sequence[str]) -> RecordsError:
+    """A missing required column, with the columns that were found and what to rename (or how
+    the file is delimited) when that is recognisable."""
+    found = ", ".join(repr(c) for c in columns[:30]) or "none"
+    hints = []
+    renames = [f"{c} -> {HEADER_HINTS[c.lower()]}" for c in columns if HEADER_HINTS.get(c.lower()) in missing]
+    if renames:
+        hints.append(f"rename {', '.join(renames)}")
+    if len(columns) == 1 and any(d in columns[0] for d in ";\t|"):
+        sep = next(d for d in ";\t|" if d in columns[0])
+        hints.append(f"the header looks {'tab' if sep == chr(9) else repr(sep)}-separated: records must be "
+                     "comma-separated CSV (or JSONL)")
+    hint = f"; hint: {'; '.join(hints)}" if hints else ""
+    return RecordsError([
+        RecordError(None, c, f"required column is missing (columns found: {found}; required: "
+                             f"{', '.join(REQUIRED)}, optional: trial, cost){hint}")
+        for c in missing
+    ])
 
 
 def _check_header(columns: Iterable[str]) -> None:
     cols = list(columns)
     missing = [c for c in REQUIRED if c not in cols]
     if missing:
-        raise RecordsError(
-            [RecordError(None, c, "required column is missing") for c in missing]
-        )
+        raise missing_columns_error(cols, missing)
     dup = sorted({c for c in cols if cols.count(c) > 1})
     if dup:
         raise RecordsError([RecordError(None, c, "column appears more than once") for c in dup])
@@ -289,6 +338,13 @@ def _number(value: object) -> float | None:
     return None
 
 
+def _outcome(value: object) -> float | None:
+    """An outcome: a number, JSON true / false, or the CSV words True / False (any case)."""
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+        return 1.0 if value.strip().lower() in TRUE_WORDS else 0.0
+    return _number(value)
+
+
 def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
@@ -296,11 +352,15 @@ def _blank(value: object) -> bool:
 def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
     """Validate records given as mappings (CSV rows, JSON objects) and aggregate them."""
     errors: list[RecordError] = []
+    counts = {"total": 0}
+    bad_rows: set[int] = set()
 
     def err(row: int | None, fld: str | None, msg: str) -> None:
-        errors.append(RecordError(row, fld, msg))
-        if len(errors) >= MAX_ERRORS:
-            raise RecordsError(errors)
+        counts["total"] += 1
+        if row is not None:
+            bad_rows.add(row)
+        if len(errors) < MAX_ERRORS:
+            errors.append(RecordError(row, fld, msg))
 
     if not rows:
         raise RecordsError([RecordError(None, None, "no records")])
@@ -315,6 +375,9 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
                 seen_cols.add(c)
                 meta_cols.append(c)
     meta_cols.sort()
+    absent = [c for c in REQUIRED if not any(c in r for r in rows if r)]
+    if absent:  # no row has it (JSONL): one whole-input error, not one per row
+        raise missing_columns_error([c for c in (*CORE, *meta_cols) if any(c in r for r in rows if r)], absent)
 
     systems: list[str] = []
     tasks: list[str] = []
@@ -343,7 +406,7 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
         if _blank(task) or not isinstance(task, str | int):
             err(i, "task_id", "must be a non-empty string")
             bad = True
-        out = _number(r["outcome"])
+        out = _outcome(r["outcome"])
         if out is None or not math.isfinite(out):
             err(i, "outcome", f"must be a finite number, got {_show(r['outcome'])}")
             bad = True
@@ -371,7 +434,7 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
         system_s, task_s = str(system).strip(), str(task).strip()
         key = (system_s, task_s, trial)
         if key in seen:
-            err(i, "trial", f"duplicate of row {seen[key]} (system '{system_s}', task '{task_s}', trial {trial})")
+            err(i, "trial", f"duplicate of data row {seen[key]} (system '{system_s}', task '{task_s}', trial {trial})")
             continue
         seen[key] = i
         meta = tuple("" if _blank(r.get(c)) else str(r.get(c)).strip() for c in meta_cols)
@@ -384,7 +447,7 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
             err(
                 i,
                 meta_cols[j],
-                f"task '{task_s}' has '{meta[j]}' here but '{prior[j]}' in row {task_meta_row[task_s]}",
+                f"task '{task_s}' has '{meta[j]}' here but '{prior[j]}' in data row {task_meta_row[task_s]}",
             )
             continue
         systems.append(system_s)
@@ -394,7 +457,7 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
         costs.append(cost)
 
     if errors:
-        raise RecordsError(errors)
+        raise RecordsError(errors, total=counts["total"], bad_rows=len(bad_rows))
     sys_names = sorted(set(systems))
     if len(sys_names) < 2:
         raise RecordsError(

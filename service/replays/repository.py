@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import delete as sql_delete
 from sqlalchemy.orm import Session, undefer
 
 from service.db import utcnow
@@ -264,3 +266,34 @@ def metric_page(
     total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
     rows = session.scalars(stmt.order_by(MetricRow.id).limit(limit).offset(offset)).all()
     return list(rows), total
+
+
+@dataclass(frozen=True)
+class DatasetUse:
+    id: uuid.UUID
+    status: str
+    finished: bool
+    visible: bool
+    """False for a replay of another owner (the request's scope hides it)."""
+
+
+def uses_of_dataset(session: Session, dataset_id: uuid.UUID) -> list[DatasetUse]:
+    """Every replay of a dataset, whoever owns it (a Core query: the owner scope filters
+    ORM entities only), marked visible when the request's owner scope lets it through."""
+    table = Replay.__table__
+    rows = session.execute(
+        select(table.c.id, table.c.status).where(table.c.dataset_id == dataset_id).order_by(table.c.created_at)
+    ).all()
+    visible = set(session.scalars(select(Replay.id).where(Replay.dataset_id == dataset_id)))
+    return [DatasetUse(r[0], r[1], r[1] in FINISHED, r[0] in visible) for r in rows]
+
+
+def delete_replays(session: Session, replay_ids: Sequence[uuid.UUID]) -> None:
+    """Delete replays with their chunks and metric rows (explicitly: SQLite may not enforce
+    ``ON DELETE CASCADE``)."""
+    ids = list(replay_ids)
+    if not ids:
+        return
+    session.execute(sql_delete(MetricRow.__table__).where(MetricRow.__table__.c.replay_id.in_(ids)))
+    session.execute(sql_delete(ReplayChunk.__table__).where(ReplayChunk.__table__.c.replay_id.in_(ids)))
+    session.execute(sql_delete(Replay.__table__).where(Replay.__table__.c.id.in_(ids)))

@@ -92,3 +92,58 @@ def test_real_swebench_lite_shape():
     assert rec.binary_single_trial
     _, names = group_labels(rec, "group")
     assert len(names) == 12
+
+
+def test_every_bad_row_is_counted_though_only_the_first_are_listed():
+    from service.engine.records import MAX_ERRORS
+
+    n = 12_600
+    body = "system,task_id,outcome\n" + "".join(f"S{i % 42},t{i // 42},2\n" for i in range(n))
+    with pytest.raises(RecordsError) as info:
+        parse_records(body, "csv")
+    exc = info.value
+    assert len(exc.errors) == MAX_ERRORS and exc.total == n and exc.bad_rows == n
+    assert "12,600 problems on 12,600 data rows" in exc.summary
+    assert str(exc.errors[0]).startswith("data row 1, field 'outcome'")
+    # rows with two problems count once as rows, twice as problems
+    with pytest.raises(RecordsError) as info:
+        parse_records("system,task_id,outcome,cost\n" + "A,t,2,-1\n" * 30, "csv")
+    assert (info.value.total, info.value.bad_rows) == (60, 30)
+    # CSV rows of the wrong width, and JSONL lines that are not objects, are all counted too
+    with pytest.raises(RecordsError) as info:
+        parse_records("system,task_id,outcome\n" + "A,t\n" * 25, "csv")
+    assert info.value.total == 25 and "(system, task_id, outcome)" in info.value.errors[0].message
+    with pytest.raises(RecordsError) as info:
+        parse_records("\n".join(["[1]"] * 25 + ["", "nope"]), "jsonl")
+    assert info.value.total == 26 and "line 1 of the file" in info.value.errors[0].message
+    assert info.value.summary.startswith("26 problems on 26 data rows")
+
+
+def test_a_missing_column_lists_the_columns_found_and_hints_at_renames():
+    with pytest.raises(RecordsError) as info:
+        parse_records("model,instance_id,resolved\nA,t,1\nB,t,0\n", "csv")
+    messages = {e.field: e.message for e in info.value.errors}
+    assert set(messages) == {"system", "task_id", "outcome"}
+    msg = messages["system"]
+    assert "columns found: 'model', 'instance_id', 'resolved'" in msg
+    assert "rename model -> system, instance_id -> task_id, resolved -> outcome" in msg
+    with pytest.raises(RecordsError) as info:
+        parse_records("system;task_id;outcome\nA;t;1\nB;t;0\n", "csv")
+    assert "';'-separated" in info.value.errors[0].message
+    # JSONL: a field no line has is one whole-input problem, not one per line
+    lines = "\n".join(json.dumps({"model": s, "task_id": "t", "outcome": 1}) for s in "AB")
+    with pytest.raises(RecordsError) as info:
+        parse_records(lines, "jsonl")
+    assert len(info.value.errors) == 1 and info.value.errors[0].row is None
+    assert "rename model -> system" in info.value.errors[0].message
+
+
+def test_csv_true_false_outcomes_read_like_json_booleans():
+    csv_rec = parse_records("system,task_id,outcome\nA,t1,True\nA,t2,false\nB,t1,FALSE\nB,t2,true\n", "csv")
+    lines = [{"system": s, "task_id": t, "outcome": o}
+             for s, t, o in [("A", "t1", True), ("A", "t2", False), ("B", "t1", False), ("B", "t2", True)]]
+    json_rec = parse_records("\n".join(json.dumps(x) for x in lines), "jsonl")
+    np.testing.assert_array_equal(csv_rec.y, json_rec.y)
+    np.testing.assert_array_equal(csv_rec.y, [[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(RecordsError):  # only outcomes: a boolean is no trial index
+        parse_records("system,task_id,outcome,trial\nA,t1,1,true\nB,t1,1,0\n", "csv")

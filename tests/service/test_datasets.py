@@ -38,7 +38,8 @@ def test_reupload_is_idempotent(client: TestClient) -> None:
     first = client.post("/v1/datasets", files={"file": ("a.csv", content, "text/csv")})
     again = client.post("/v1/datasets", files={"file": ("b.csv", content, "text/csv")})
     assert (first.status_code, again.status_code) == (201, 200)
-    assert again.json()["id"] == first.json()["id"] and again.json()["name"] == "a.csv"
+    assert again.json()["id"] == first.json()["id"] and again.json()["name"] == "a"
+    assert first.json()["notice"] is None and f"dataset {first.json()['id']} 'a'" in again.json()["notice"]
     assert _count(client) == 1
 
 
@@ -51,11 +52,12 @@ def test_json_rows_and_jsonl(client: TestClient) -> None:
     r = client.post("/v1/datasets", json={"name": "rows", "rows": rows})
     assert r.status_code == 201, r.text
     assert r.json()["format"] == "jsonl" and r.json()["n_tasks"] == 6
-    assert client.post("/v1/datasets", json={"name": "again", "rows": rows}).status_code == 200
-    jsonl = "\n".join(json.dumps(x) for x in reversed(rows)).encode()
+    again = client.post("/v1/datasets", json={"name": "again", "rows": rows})
+    assert again.status_code == 200 and "the name 'again' was not applied" in again.json()["notice"]
+    jsonl = "\n".join(json.dumps(x) for x in reversed(rows)).encode()  # same records, other order
     r2 = client.post("/v1/datasets", files={"file": ("x.jsonl", jsonl, "application/x-ndjson")})
-    assert r2.status_code == 201 and r2.json()["format"] == "jsonl"
-    assert _count(client) == 2
+    assert r2.status_code == 200 and r2.json()["id"] == r.json()["id"]
+    assert _count(client) == 1
 
 
 def _bad(client: TestClient, content: bytes, name: str = "bad.csv") -> list[dict]:
@@ -70,7 +72,9 @@ def _bad(client: TestClient, content: bytes, name: str = "bad.csv") -> list[dict
 
 def test_bad_uploads_name_row_and_field(client: TestClient) -> None:
     detail = _bad(client, b"system,task,outcome\nA,t1,1\nB,t1,0\n")
-    assert {"row": None, "field": "task_id", "message": "required column is missing"} in detail
+    missing = next(d for d in detail if d["field"] == "task_id")
+    assert missing["row"] is None and "required column is missing" in missing["message"]
+    assert "columns found: 'system', 'task', 'outcome'" in missing["message"]
     detail = _bad(client, b"system,task_id,outcome\nA,t1,1\nB,t1,yes\n")
     assert detail[0]["row"] == 2 and detail[0]["field"] == "outcome"
     detail = _bad(client, b"system,task_id,outcome\nA,t1,1\nB,t1,0\nA,t1,1\n")
@@ -151,3 +155,95 @@ def test_concurrent_identical_uploads_store_one_dataset(client: TestClient) -> N
     assert len({rid for _, rid in results}) == 1
     assert sorted(code for code, _ in results).count(201) == 1
     assert _count(client) == 1
+
+
+def _csv_and_jsonl_of_the_same_records() -> tuple[bytes, bytes]:
+    rows = [(s, f"t{t}", tr, (t + tr + i) % 2, f"r{t % 3}") for i, s in enumerate("ABC") for t in range(9)
+            for tr in range(2)]
+    csv_body = "system,task_id,trial,outcome,repo\n" + "".join(f"{s},{t},{tr},{o},{g}\n" for s, t, tr, o, g in rows)
+    jsonl_body = "\n".join(  # other row order, booleans, floats, other key order
+        json.dumps({"repo": g, "outcome": bool(o), "trial": tr, "task_id": t, "system": s})
+        for s, t, tr, o, g in reversed(rows)
+    )
+    return csv_body.encode(), jsonl_body.encode()
+
+
+def test_the_same_records_as_csv_and_jsonl_are_one_dataset(client: TestClient) -> None:
+    csv_body, jsonl_body = _csv_and_jsonl_of_the_same_records()
+    first = client.post("/v1/datasets", files={"file": ("bench.csv", csv_body, "text/csv")})
+    again = client.post("/v1/datasets", files={"file": ("bench.jsonl", jsonl_body, "application/x-ndjson")},
+                        data={"name": "other name"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"] and again.json()["name"] == "bench"
+    notice = again.json()["notice"]
+    assert "uploaded as csv; the same records as jsonl are the same dataset" in notice
+    assert "the name 'other name' was not applied" in notice and "PATCH" in notice
+    different = csv_body.replace(b"C,t8,1,1,r2", b"C,t8,1,0,r2")
+    assert different != csv_body
+    assert client.post("/v1/datasets", files={"file": ("bench.csv", different, "text/csv")}).status_code == 201
+
+
+def test_default_names_tell_generic_files_apart(client: TestClient) -> None:
+    a, b = synth_csv(seed=31), synth_csv(seed=32)
+    ra = client.post("/v1/datasets", files={"file": ("records.csv", a, "text/csv")}).json()
+    rb = client.post("/v1/datasets", files={"file": ("records.csv", b, "text/csv")}).json()
+    assert ra["name"] == f"records-{ra['content_hash'][:8]}" and rb["name"] == f"records-{rb['content_hash'][:8]}"
+    assert ra["name"] != rb["name"]
+    c1 = client.post("/v1/datasets", files={"file": ("swe_lite.csv", synth_csv(seed=33), "text/csv")}).json()
+    c2 = client.post("/v1/datasets", files={"file": ("swe_lite.csv", synth_csv(seed=34), "text/csv")}).json()
+    assert c1["name"] == "swe_lite" and c2["name"] == f"swe_lite-{c2['content_hash'][:8]}"  # taken: suffixed
+    rows = [{"system": s, "task_id": "t", "outcome": 1} for s in "AB"]
+    r = client.post("/v1/datasets", json={"rows": rows}).json()
+    assert r["name"] == f"dataset-{r['content_hash'][:8]}"
+
+
+def test_rename(client: TestClient) -> None:
+    ds = upload(client, synth_csv(seed=35))
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"name": "  SWE-bench Lite, October  "})
+    assert r.status_code == 200 and r.json()["name"] == "SWE-bench Lite, October"
+    assert client.get(f"/v1/datasets/{ds['id']}").json()["name"] == "SWE-bench Lite, October"
+    for bad in ({"name": ""}, {"name": "   "}, {"name": "x" * 201}, {"nom": "x"}, {"name": "x", "extra": 1}):
+        assert client.patch(f"/v1/datasets/{ds['id']}", json=bad).status_code == 422, bad
+    assert client.patch("/v1/datasets/00000000-0000-0000-0000-000000000000", json={"name": "x"}).status_code == 404
+
+
+def test_delete_refuses_while_a_replay_runs_and_keeps_finished_ones_unless_asked(backend: dict) -> None:
+    import threading
+
+    import service.engine.replay as engine
+    from service.main import create_app
+    from tests.service.conftest import SMALL_SPEC, wait_for
+
+    app = create_app(make_settings(**backend, heartbeat_seconds=0.1))
+    gate = threading.Event()
+    original = engine.run_chunk
+
+    def held(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        gate.wait(30)
+        return original(*args, **kwargs)
+
+    engine.run_chunk = held
+    try:
+        with TestClient(app) as client:
+            ds = upload(client, synth_csv(seed=36))
+            rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **SMALL_SPEC}).json()["id"]
+            r = client.delete(f"/v1/datasets/{ds['id']}")
+            assert r.status_code == 409 and rid in r.json()["detail"] and "cancel" in r.json()["detail"]
+            gate.set()
+            assert wait_for(client, rid)["status"] == "succeeded"
+            r = client.delete(f"/v1/datasets/{ds['id']}")
+            assert r.status_code == 409 and "with_replays=true" in r.json()["detail"] and rid in r.json()["detail"]
+            assert client.get(f"/v1/replays/{rid}/report").status_code == 200  # nothing lost by the refusal
+            r = client.delete(f"/v1/datasets/{ds['id']}", params={"with_replays": "true"})
+            assert r.status_code == 200 and r.json() == {"id": ds["id"], "deleted_replays": [rid]}
+            assert client.get(f"/v1/datasets/{ds['id']}").status_code == 404
+            assert client.get(f"/v1/replays/{rid}").status_code == 404
+            assert client.delete(f"/v1/datasets/{ds['id']}").status_code == 404
+            lone = upload(client, synth_csv(seed=37))
+            r = client.delete(f"/v1/datasets/{lone['id']}")
+            assert r.status_code == 200 and r.json()["deleted_replays"] == []
+            again = upload(client, synth_csv(seed=36))  # the same records can be uploaded anew
+            assert again["id"] != ds["id"]
+    finally:
+        engine.run_chunk = original
+        gate.set()

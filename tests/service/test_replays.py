@@ -80,6 +80,28 @@ def test_metric_rows_are_queryable(client: TestClient) -> None:
     assert {(r["budget"], r["value"]) for r in one["items"]} == {(float(r["budget"]), r["value"]) for r in want}
     page = client.get(f"/v1/replays/{rid}/metrics", params={"limit": 2, "offset": 1}).json()
     assert len(page["items"]) == 2 and page["total"] == len(expected)
+    # a filter value the replay does not have is a 422 naming it and listing what there is
+    known = {"policy": "uniform_forced", "metric": "defer_rate", "delta": 5, "budget": 0.5, "floor": "proportional",
+             "a": 0.05}
+    for name, value in known.items():
+        assert client.get(f"/v1/replays/{rid}/metrics", params={name: value}).json()["total"] > 0, name
+    unknown = {"policy": "nope", "metric": "nope", "delta": 7, "budget": 0.33, "floor": "slack", "group": "nope",
+               "a": 0.2, "bootstrap": "7"}
+    for name, value in unknown.items():
+        r = client.get(f"/v1/replays/{rid}/metrics", params={name: value})
+        assert r.status_code == 422, (name, r.text)
+        (problem,) = r.json()["detail"]
+        shown = f"{value:g}" if isinstance(value, float | int) else repr(value)
+        assert problem["field"] == name and f"{name}={shown} matches nothing" in problem["message"], problem
+    r = client.get(f"/v1/replays/{rid}/metrics", params={"policy": "nope", "delta": 5})
+    assert "uniform_forced" in r.json()["detail"][0]["message"]  # the values it has
+    # a combination of existing values that selects nothing is an honest empty page
+    r = client.get(f"/v1/replays/{rid}/metrics", params={"metric": "minimum_sufficient_budget", "budget": 0.5})
+    assert r.status_code == 200 and r.json()["total"] == 0
+    for name in ("errors.png", "unresolved.svg"):
+        r = client.get(f"/v1/replays/{rid}/figures/{name}", params={"delta": 7})
+        assert r.status_code == 422 and "delta=7" in r.text and "0, 5" in r.text, r.text
+        assert client.get(f"/v1/replays/{rid}/figures/{name}", params={"delta": 5}).status_code == 200
 
 
 def test_result_does_not_depend_on_chunking(backend: dict) -> None:
