@@ -7,7 +7,8 @@ from __future__ import annotations
 
 SCOPES = ("read", "submit", "decide", "admin")
 """``read``: datasets, reports, leaderboards, figures, pages, calculators; ``submit``: uploads
-(renaming and deleting datasets) and replays (and cancelling them); ``decide``: decisions and live sessions; ``admin``: keys."""
+(renaming and deleting datasets) and replays (and cancelling them); ``decide``: decisions and
+live sessions; ``admin``: keys."""
 
 PUBLIC = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 PUBLIC_PREFIXES = ("/static/",)

@@ -179,7 +179,8 @@ def get_dataset(dataset_id: uuid.UUID, session: SessionDep):
 
 
 @router.patch(
-    "/{dataset_id}", response_model=DatasetRead, responses=responses(NotFound, Unprocessable), summary="Rename a dataset"
+    "/{dataset_id}", response_model=DatasetRead, responses=responses(NotFound, Unprocessable),
+    summary="Rename a dataset",
 )
 def rename_dataset(dataset_id: uuid.UUID, body: DatasetUpdate, session: SessionDep):
     return service.rename(session, dataset_id, body.name.strip())
@@ -198,7 +199,9 @@ def rename_dataset(dataset_id: uuid.UUID, body: DatasetUpdate, session: SessionD
 def delete_dataset(
     dataset_id: uuid.UUID,
     session: SessionDep,
-    with_replays: Annotated[bool, Query(description="Also delete the finished replays of it (and their reports)")] = False,
+    with_replays: Annotated[
+        bool, Query(description="Also delete the finished replays of it (and their reports)")
+    ] = False,
 ) -> DatasetDeleted:
     deleted = service.delete(session, dataset_id, with_replays=with_replays)
     return DatasetDeleted(id=dataset_id, deleted_replays=deleted)

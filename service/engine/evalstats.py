@@ -570,7 +570,9 @@ def _system_index(records: Records, system: str, field: str = "system") -> int:
     try:
         return records.systems.index(system)
     except ValueError:
-        known = ", ".join(records.systems[:50]) + (f" ... ({len(records.systems)} in all)" if len(records.systems) > 50 else "")
+        known = ", ".join(records.systems[:50])
+        if len(records.systems) > 50:
+            known += f" ... ({len(records.systems)} in all)"
         raise StatsInputError(field, f"unknown system '{system}'; the systems of this dataset: {known}") from None
 
 

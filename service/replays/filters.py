@@ -17,8 +17,14 @@ from service.replays.models import MetricRow
 
 # query parameter -> MetricRow column; floats compare with the tolerance the query uses
 METRIC_FILTERS = {
-    "policy": "policy", "metric": "metric", "floor": "floor", "bootstrap": "bootstrap", "group": "grouping",
-    "delta": "delta", "budget": "budget", "a": "a",
+    "policy": "policy",
+    "metric": "metric",
+    "floor": "floor",
+    "bootstrap": "bootstrap",
+    "group": "grouping",
+    "delta": "delta",
+    "budget": "budget",
+    "a": "a",
 }
 FLOAT_FILTERS = ("delta", "budget", "a")
 TOLERANCE = 1e-9
@@ -47,15 +53,23 @@ def check_metric_filters(session: Session, replay_id: uuid.UUID, filters: dict[s
             continue
         column = getattr(MetricRow, METRIC_FILTERS[name])
         known = sorted(
-            (v for v in session.scalars(select(column).where(MetricRow.replay_id == replay_id).distinct())
-             if v is not None),
+            (
+                v
+                for v in session.scalars(select(column).where(MetricRow.replay_id == replay_id).distinct())
+                if v is not None
+            ),
             key=lambda v: (isinstance(v, str), v),
         )
         if not _has(value, known, name in FLOAT_FILTERS):
             shown = f"{value:g}" if isinstance(value, float) else repr(value)
-            problems.append({"field": name, "message": (
-                f"{name}={shown} matches nothing in replay {replay_id}; its values: {_show(known) or 'none'}"
-            )})
+            problems.append(
+                {
+                    "field": name,
+                    "message": (
+                        f"{name}={shown} matches nothing in replay {replay_id}; its values: {_show(known) or 'none'}"
+                    ),
+                }
+            )
     if problems:
         raise Unprocessable(problems)
 
@@ -65,6 +79,13 @@ def check_deltas(spec: dict[str, Any], deltas: Sequence[float] | None, replay_id
     known = [float(d) for d in spec.get("deltas", [])]
     missing = [d for d in deltas or () if not any(math.isclose(d, k, abs_tol=TOLERANCE) for k in known)]
     if missing:
-        raise Unprocessable([{"field": "delta", "message": (
-            f"delta={_show(missing)} matches nothing in replay {replay_id}; its thresholds δ (pp): {_show(known)}"
-        )}])
+        raise Unprocessable(
+            [
+                {
+                    "field": "delta",
+                    "message": (
+                        f"delta={_show(missing)} matches nothing in replay {replay_id}; its thresholds δ (pp): {_show(known)}"
+                    ),
+                }
+            ]
+        )

@@ -50,7 +50,8 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
         "Drawn with matplotlib from the stored report: one panel per δ, one line per configuration, "
         "against the task budget. `unresolved`: defer rate with the η band and each minimum sufficient "
         "budget marked; `errors`: false accept (solid) and false reject (dashed) with the α band; "
-        "`coverage`: coverage failure with the γ band. `delta` (repeatable) limits the panels; a δ the replay does not have is a 422 listing its thresholds."
+        "`coverage`: coverage failure with the γ band. `delta` (repeatable) limits the panels; "
+        "a δ the replay does not have is a 422 listing its thresholds."
     ),
 )
 def get_figure(
