@@ -84,7 +84,8 @@ def check_deltas(spec: dict[str, Any], deltas: Sequence[float] | None, replay_id
                 {
                     "field": "delta",
                     "message": (
-                        f"delta={_show(missing)} matches nothing in replay {replay_id}; its thresholds δ (pp): {_show(known)}"
+                        f"delta={_show(missing)} matches nothing in replay {replay_id}; "
+                        f"its thresholds δ (pp): {_show(known)}"
                     ),
                 }
             ]
