@@ -56,7 +56,7 @@ def _try_decide(raw: bytes) -> bytes | None:
     """The answer for an inline universe, or ``None`` to leave the request to the route."""
     try:
         body = DecisionCreate.model_validate_json(raw)
-        if body.dataset_id is not None:
+        if body.dataset_id is not None or body.forecast:  # a forecast simulates: not on the event loop
             return None
         return service.decision_json(None, body)
     except Exception:  # the route runs it again and its handlers say what is wrong (or 500)

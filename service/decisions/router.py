@@ -48,7 +48,7 @@ async def create_decision(request: Request) -> Response:
     # a measurable share of a request this small. (Most such requests never get here:
     # service.decisions.fastpath answers them before routing.)
     body = await decision_body(request)
-    if body.dataset_id is None:
+    if body.dataset_id is None and not body.forecast:  # a forecast simulates continuations: in a thread
         out = service.decision_json(None, body)
     else:
         out = await run_in_threadpool(service.decision_json, request.app.state.sessionmaker, body)

@@ -73,6 +73,10 @@ class DecisionCreate(RuleOptions):
     budget: float | None = Field(default=None, description="The run's budget cap, a fraction of N.")
     seed: int = Field(default=0, description="Mixed into the seeds of `next` tie-breaks and finite bootstraps.")
     calibration: bool = Field(default=True, description="Look up a finished replay of the dataset.")
+    forecast: bool = Field(
+        default=False,
+        description="Also estimate the further tasks to a conclusion (simulated continuations; a few ms to ~0.1 s).",
+    )
 
 
 class CoverageGroup(BaseModel):
@@ -133,6 +137,42 @@ class Calibration(BaseModel):
     minimum_sufficient_budget: float | None
 
 
+class Interval(BaseModel):
+    """Each bound holds at the rule's level a (two-sided coverage 1 - 2a); it excludes δ exactly
+    when the rule concludes. For anytime the confidence sequence: valid wherever the run stops."""
+
+    lower: float | None
+    upper: float | None
+    k: int = Field(description="Tasks it is computed on (the stop for anytime).")
+    level_each_side: float
+    coverage: float | None
+    anytime_valid: bool
+
+
+class Forecast(BaseModel):
+    """Simulated continuations drawn from the observed differences, run through the same rule."""
+
+    expected_more_tasks: float | None
+    p10: int
+    median: int
+    p90: int
+    conclude_share: float | None = Field(description="Share of continuations that conclude within the cap.")
+    cap: int
+    simulations: int
+
+
+class BehindGroup(BaseModel):
+    group: str
+    missing: int
+
+
+class CoverageWarning(BaseModel):
+    groups: list[BehindGroup]
+    missing: int
+    blocked_conclusion: bool = Field(description="The rule's evidence alone would conclude now.")
+    message: str
+
+
 class DecisionRead(BaseModel):
     decision: Decision
     reason: Reason
@@ -150,4 +190,13 @@ class DecisionRead(BaseModel):
     next: NextTasks | None
     budget_exhausted: bool
     warning: str | None
+    interval: Interval | None = Field(
+        default=None, description="The confidence interval for Δ the rule implies at the stop (SPEC §7)."
+    )
+    forecast: Forecast | None = Field(
+        default=None, description="Further tasks to a conclusion if the rest looks like the observed tasks."
+    )
+    coverage_warning: CoverageWarning | None = Field(
+        default=None, description="The harness's order is behind the coverage floors: which groups, how many tasks."
+    )
     calibration: Calibration | None = None

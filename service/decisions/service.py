@@ -229,7 +229,7 @@ def decide(factory: sessionmaker[Session], body: DecisionCreate) -> dict[str, An
                 raise LiveError("universe", "give the task universe or a dataset_id")
             universe = inline_universe(body.universe.task_ids, body.universe.groups)
             observed = observed_of(body, universe)
-            out = live_decision(universe, observed, spec)
+            out = live_decision(universe, observed, spec, forecast=body.forecast)
             out["calibration"] = None
             return out
         if body.universe is not None:
@@ -237,7 +237,7 @@ def decide(factory: sessionmaker[Session], body: DecisionCreate) -> dict[str, An
         with factory() as session:
             universe = dataset_universe(session, body.dataset_id, body.group)
             observed = observed_of(body, universe)
-            out = live_decision(universe, observed, spec)
+            out = live_decision(universe, observed, spec, forecast=body.forecast)
             out["calibration"] = (
                 calibration(session, body.dataset_id, choice, spec, body.group, observed.k / universe.n)
                 if body.calibration else None

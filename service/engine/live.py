@@ -39,14 +39,16 @@ from itertools import repeat
 
 import numpy as np
 
+from service.engine import answers
 from service.engine import rules as R
 from service.engine.anytime import anytime_path
+from service.engine.betting import betting_paths, betting_statistic
 from service.engine.coverage import FLOORS, budget_k, required
 from service.engine.errors import FieldError
 from service.engine.orders import stratified_orders
-from service.engine.spec import DEFAULT_BUDGETS, RULES
+from service.engine.spec import ANYTIME_RULES, DEFAULT_BUDGETS, RULES
 
-FIXED_SAMPLE_RULES = tuple(r for r in RULES if r != "anytime")
+FIXED_SAMPLE_RULES = tuple(r for r in RULES if r not in ANYTIME_RULES)
 DEFAULT_LIVE_BUDGETS: tuple[float, ...] = (*DEFAULT_BUDGETS, 1.0)
 REASONS = ("decided", "coverage_unmet", "coverage_infeasible", "insufficient_evidence")
 DECISIONS = {R.ACCEPT: "accept", R.REJECT: "reject", R.DEFER: "defer"}
@@ -409,6 +411,17 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     if spec.rule == "anytime":
         if k == 0:
             return R.DEFER, {"stopped_at": None}
+        v = np.round(d * lattice).astype(np.int64) if lattice else d  # off a lattice the kernel takes d itself
+        cov = None if cov_path is None else cov_path[None, :]
+        dec_a, stop_a = betting_paths(v[None, :], lattice, n, spec.theta, spec.a, k, cov)
+        stopped = int(stop_a[0]) if stop_a[0] <= k else None
+        wealth = betting_statistic(d, n, spec.theta, spec.a, stopped or k)
+        return int(dec_a[0]), {"stopped_at": stopped, "log_wealth_threshold": _clean(wealth["log_wealth_threshold"]),
+                               "log_wealth_up": _clean(wealth["log_wealth_up"]),
+                               "log_wealth_down": _clean(wealth["log_wealth_down"])}
+    if spec.rule == "anytime_eb":
+        if k == 0:
+            return R.DEFER, {"stopped_at": None}
         lat = lattice
         v = np.round(d * lat).astype(np.int64) if lat else d  # off a lattice the kernel takes d itself
         dec, stop = anytime_path(v, lat, n, spec.theta, spec.a, k, cov_path)  # = R.anytime_paths, one path
@@ -474,12 +487,15 @@ def _exact_binary_verdict(k: int, n_plus: int, n_minus: int, theta: float, a: fl
 
 
 def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
-                  priority: np.ndarray | None = None, *, fixed_checkpoint: bool = False) -> dict[str, object]:
+                  priority: np.ndarray | None = None, *, fixed_checkpoint: bool = False,
+                  checkpoints: Sequence[tuple[int, float]] | None = None, forecast: bool = False) -> dict[str, object]:
     """The full answer of SPEC §7 for one observed state (a JSON-ready dict).
 
     ``priority``: rank per task used to pick ``next`` tasks within a group (lower first;
     default a seeded shuffle of the universe). ``fixed_checkpoint`` suppresses the optional
-    stopping warning (sessions evaluate fixed-sample rules only at declared checkpoints).
+    stopping warning (sessions evaluate fixed-sample rules only at declared checkpoints);
+    ``checkpoints``: ``(k, level)`` still ahead, for the forecast of a session's schedule;
+    ``forecast=True`` adds the forecast of further tasks (it simulates continuations: a few ms to ~0.1 s).
     """
     lattice = check_observed(spec, observed)
     n = universe.n
@@ -494,11 +510,11 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
     met = feasible and bool(np.all(counts_g >= req))
 
     cov_path = None
-    if spec.rule == "anytime" and spec.coverage_aware and k:
+    if spec.rule in ANYTIME_RULES and spec.coverage_aware and k:
         cov_path = _coverage_path(labels_seq, n_g, spec.floor, k)
     verdict, statistic = rule_verdict(spec, d, n, lattice, cov_path, universe.digest())
     decision = verdict
-    if spec.rule == "anytime":
+    if spec.rule in ANYTIME_RULES:
         concluded = verdict != R.DEFER
         reason = "decided" if concluded else None
     else:
@@ -551,9 +567,35 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
                      "met": met, "groups": groups},
         "next": None if decision != R.DEFER else next_tasks(universe, observed, spec, priority, k_cap),
         "budget_exhausted": decision == R.DEFER and k >= k_cap,
-        "warning": None if spec.rule == "anytime" or fixed_checkpoint else OPTIONAL_STOPPING.format(rule=spec.rule),
+        "warning": None if spec.rule in ANYTIME_RULES or fixed_checkpoint else OPTIONAL_STOPPING.format(rule=spec.rule),
     }
+    _harness_answers(out, spec, d, n, lattice, k_cap, verdict, cov_path, groups, feasible, checkpoints, forecast)
     return out
+
+
+def _harness_answers(out: dict[str, object], spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None, k_cap: int,
+                     verdict: int, cov_path: np.ndarray | None, groups: list[dict[str, object]], feasible: bool,
+                     checkpoints: Sequence[tuple[int, float]] | None, forecast: bool) -> None:
+    """SPEC §7's interval at the stop, the forecast of further tasks and the coverage warning
+    (``engine/answers.py``); the forecast is seeded by a hash of the observed differences."""
+    k = len(d)
+    stop = out["statistic"].get("stopped_at") if spec.rule in ANYTIME_RULES else None  # type: ignore[union-attr]
+    at = d[: int(stop)] if isinstance(stop, int) else d
+    out["interval"] = answers.interval(spec.rule, at, n, spec.a, lattice)
+    out["forecast"] = None
+    if forecast and out["decision"] == "defer" and k:
+        h = hashlib.sha256(b"forecast" + np.ascontiguousarray(d).tobytes()).digest()
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, *np.frombuffer(h[:16], np.uint32)
+                                                                          .tolist()])))
+        ahead = checkpoints
+        if ahead is None and spec.rule not in ANYTIME_RULES:
+            ahead = [(p, spec.a) for p in sorted({max(1, budget_k(b, n)) for b in spec.budgets} | {k_cap})]
+        out["forecast"] = answers.forecast(spec.rule, d, n, spec.theta, spec.a, lattice, k_cap, rng, ahead)
+    blocked = verdict != R.DEFER and out["decision"] == "defer"
+    if spec.rule in ANYTIME_RULES and spec.coverage_aware and cov_path is not None and not blocked:
+        free = rule_verdict(spec, d, n, lattice, None)[0]  # the verdict without the floors
+        blocked = free != R.DEFER and verdict == R.DEFER
+    out["coverage_warning"] = answers.coverage_warning(groups, spec.coverage_aware, feasible, k, blocked)
 
 
 # ----------------------------------------------------------------------------- next tasks

@@ -28,6 +28,7 @@ import numpy as np
 
 from service import __version__
 from service.engine import rules as R
+from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
 from service.engine.orders import (
     cost_ascending_orders,
@@ -37,7 +38,7 @@ from service.engine.orders import (
     uniform_orders,
 )
 from service.engine.records import Records, filter_systems, group_labels, parse_group_key
-from service.engine.spec import Policy, ReplaySpec, SpecError
+from service.engine.spec import ANYTIME_RULES, Policy, ReplaySpec, SpecError
 
 Progress = Callable[[int], None]
 BLOCK_ELEMENTS = 6_000_000
@@ -153,7 +154,7 @@ class Plan:
                 "every policy orders tasks by A's cost, but no system has a cost for every task of its pairs",
             )
         for p in spec.policies:
-            if p.rule == "anytime" and p.order == "neyman":
+            if p.rule in ANYTIME_RULES and p.order == "neyman":
                 raise SpecError("policies", f"policy '{p.name}': anytime needs a single task order, not neyman")
 
     # ------------------------------------------------------------------ pairs
@@ -526,12 +527,12 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         theta = cfg.delta / 100.0
         rule = cfg.policy.rule
         used = None
-        if rule == "anytime":
-            akey = (cfg.a, cfg.policy.coverage_aware, cfg.group, cfg.floor)
+        if rule in ANYTIME_RULES:
+            akey = (rule, cfg.a, cfg.policy.coverage_aware, cfg.group, cfg.floor)
             if (akey, theta) not in anytime_cache:  # every threshold of this kind in one pass
                 thetas = sorted({plan.configs[c2].delta / 100.0 for c2 in cfgs
-                                 if plan.configs[c2].policy.rule == "anytime"
-                                 and (plan.configs[c2].a, plan.configs[c2].policy.coverage_aware,
+                                 if plan.configs[c2].policy.rule == rule
+                                 and (rule, plan.configs[c2].a, plan.configs[c2].policy.coverage_aware,
                                       plan.configs[c2].group, plan.configs[c2].floor) == akey})
                 for th, res in zip(thetas, _anytime(plan, ts_id, values, order, cfg, thetas), strict=True):
                     anytime_cache[(akey, th)] = res
@@ -668,7 +669,8 @@ def _anytime(plan: Plan, ts_id: int, values: np.ndarray, order: np.ndarray | Non
         v = values[i : i + block][:, order[:, :kmax]]  # [b, R, kmax]
         b = v.shape[0]
         cov_ok = np.tile(cov_step, (b, 1)) if cfg.policy.coverage_aware else None
-        d, st = R.anytime_paths(v.reshape(b * reps, kmax), plan.lattice, n, list(thetas), cfg.a, kmax, cov_ok)
+        paths = betting_paths if cfg.policy.rule == "anytime" else R.anytime_paths
+        d, st = paths(v.reshape(b * reps, kmax), plan.lattice, n, list(thetas), cfg.a, kmax, cov_ok)
         dec[:, i : i + b] = d.reshape(n_th, b, reps)
         stop[:, i : i + b] = st.reshape(n_th, b, reps)
     ks = ts.ks[None, None, :]
@@ -733,7 +735,7 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult]) -> dict:
             k_mean = _clean(float(ks[appl, j].mean())) if n_app else None
             entry: dict[str, object] = {"budget": b, "k_mean": k_mean}
             entry.update(pooled)
-            if cfg.policy.rule == "anytime":
+            if cfg.policy.rule in ANYTIME_RULES:
                 entry["mean_tasks_used"] = _clean(
                     float(cat["used_sum"][appl, c, :, j].sum()) / max(1, n_app * reps * n_s))
             misses = _misses(pooled, spec) if pooled["cases"] else ["no_cases"]

@@ -50,8 +50,8 @@ def check_spending(spending: str, rule: str, field: str = "spending") -> str:
     """``spending`` must be a known name, and only fixed-sample rules take one."""
     if spending not in SPENDINGS:
         raise FieldError(field, f"unknown spending '{spending}'; spendings: {', '.join(SPENDINGS)}")
-    if rule == "anytime":
-        raise FieldError(field, "anytime needs no spending: it is valid when checked after every task")
+    if rule in ("anytime", "anytime_eb"):
+        raise FieldError(field, f"{rule} needs no spending: it is valid when checked after every task")
     return spending
 
 

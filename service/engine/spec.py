@@ -14,7 +14,10 @@ from service.engine.coverage import FLOORS
 from service.engine.errors import FieldError
 
 ORDERS = ("uniform", "stratified", "cost_ascending", "neyman")
-RULES = ("forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime")
+RULES = ("forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime", "anytime_eb")
+ANYTIME_RULES = ("anytime", "anytime_eb")
+"""Rules valid when consulted after every task: ``anytime`` (betting, ``engine/betting.py``) and
+its predecessor ``anytime_eb`` (empirical Bernstein, ``rules.anytime_paths``), kept as a baseline."""
 ORIENTATIONS = ("directed", "one_per_pair")
 DEFAULT_BUDGETS = tuple(round(0.05 * i, 2) for i in range(1, 20))
 

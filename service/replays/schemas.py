@@ -18,7 +18,7 @@ class CustomPolicy(BaseModel):
 
     name: str | None = None
     order: Literal["uniform", "stratified", "cost_ascending", "neyman"]
-    rule: Literal["forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime"]
+    rule: Literal["forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime", "anytime_eb"]
     coverage_aware: bool = False
 
 

@@ -65,6 +65,9 @@ class SessionState(BaseModel):
     status: SessionStatus
     k: int = Field(description="Tasks observed for both systems.")
     N: int
+    observed_task_ids: list[str] = Field(
+        default_factory=list, description="The k observed tasks in the order they became observed (resume from here)."
+    )
     current: DecisionRead
     history: list[HistoryEntry]
 

@@ -32,6 +32,7 @@ from service.engine.live import (
     next_tasks,
     recommended_order,
 )
+from service.engine.spec import ANYTIME_RULES
 from service.errors import Conflict, NotFound
 from service.sessions import repository
 from service.sessions.models import LiveSession
@@ -50,7 +51,7 @@ def create(session: Session, body: SessionCreate) -> LiveSession:
             raise LiveError("trials", "mcnemar needs single-trial outcomes (trials = 1)")
         schedule.check_checkpoints(body.budgets, "budgets")
         spending = None
-        if choice.rule != "anytime" or body.spending is not None:
+        if choice.rule not in ANYTIME_RULES or body.spending is not None:
             spending = schedule.check_spending(body.spending or schedule.DEFAULT_SPENDING, choice.rule)
         if body.dataset_id is None:
             if body.universe is None:
@@ -137,7 +138,7 @@ def checkpoints(row: LiveSession, n: int) -> list[tuple[float, int]]:
 def levels(row: LiveSession, points: list[tuple[float, int]]) -> list[float | None]:
     """The level of each checkpoint (SPEC §4.4): the increments of the spending function for a
     fixed-sample rule, none for anytime (valid after every task as it is)."""
-    if row.rule == "anytime" or not points:
+    if row.rule in ANYTIME_RULES or not points:
         return [None] * len(points)
     return [float(x) for x in schedule.levels([k for _, k in points], row.a, row.spending or "none")]
 
@@ -175,8 +176,8 @@ def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str
     points = checkpoints(row, n)
     k_cap = points[-1][1]
     history: list[dict[str, Any]] = []
-    if spec.rule == "anytime":
-        current = live_decision(universe, observed, spec, rank)
+    if spec.rule in ANYTIME_RULES:
+        current = live_decision(universe, observed, spec, rank, forecast=True)
         stop = current["statistic"].get("stopped_at")
         for b, kj in points:
             if kj > k:
@@ -195,11 +196,15 @@ def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str
         concluded = current["decision"] != "defer"
     else:
         final = last = None
-        for (b, kj), level in zip(points, levels(row, points), strict=True):
+        lvls = levels(row, points)
+        ahead = [(kj, lv) for (_, kj), lv in zip(points, lvls, strict=True) if kj > k]
+        reached = len(points) - len(ahead)
+        for j, ((b, kj), level) in enumerate(zip(points, lvls, strict=True)):
             if kj > k:
                 break
             # Each checkpoint spends its share of a (SPEC §4.4): the rule is consulted at that level.
-            last = live_decision(universe, _prefix(observed, kj), replace(spec, a=level), rank, fixed_checkpoint=True)
+            last = live_decision(universe, _prefix(observed, kj), replace(spec, a=level), rank, fixed_checkpoint=True,
+                                 checkpoints=ahead, forecast=j == reached - 1)
             history.append(_entry("checkpoint", b, kj, last, level))
             if last["decision"] != "defer":
                 final = last
@@ -211,9 +216,10 @@ def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str
             current = last
         else:
             # Between checkpoints the rule is not consulted: that is what pre-registration means.
-            current = live_decision(universe, observed, spec, rank, fixed_checkpoint=True)
+            current = live_decision(universe, observed, spec, rank, fixed_checkpoint=True, checkpoints=ahead,
+                                    forecast=True)
             current.update(decision="defer", reason="awaiting_checkpoint", rule_decision=None, statistic={},
-                           budget_exhausted=False)
+                           budget_exhausted=False, interval=None)
             current["next"] = next_tasks(universe, observed, spec, rank, k_cap)
         if row.spending == "none":
             current["warning"] = schedule.NO_SPENDING_WARNING.format(m=len(points))
@@ -224,7 +230,9 @@ def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str
     else:
         status = "running"
     current["calibration"] = None
-    return {"status": status, "k": k, "N": n, "current": current, "history": history}
+    observed_ids = [universe.task_ids[i] for i in observed.sequence.tolist()]
+    return {"status": status, "k": k, "N": n, "observed_task_ids": observed_ids, "current": current,
+            "history": history}
 
 
 def with_calibration(session: Session, row: LiveSession, st: dict[str, Any]) -> dict[str, Any]:

@@ -345,6 +345,38 @@ def anytime_path(d: Sequence[float], cmp: Cmp, a: float, big_n: int) -> list[str
     return out
 
 
+def betting_path(d: Sequence[float], cmp: Cmp, a: float, big_n: int, rho: float = 0.75) -> list[str]:
+    """The anytime(a) decision after each step (engine/betting.py's docstring), literally: a
+    loop over the steps with running scalars and the capital as a product (compared in logs)."""
+    theta_x = (cmp.theta + 1.0) / 2.0
+    log_target = math.log(1.0 / a)
+    s_prev = q_prev = 0.0
+    log_up = log_dn = 0.0
+    d_sum = 0.0
+    out = []
+    for i, di in enumerate(d, start=1):
+        x = (di + 1.0) / 2.0
+        c = (big_n * theta_x - s_prev) / (big_n - i + 1)
+        mu_hat = (0.5 + s_prev) / i
+        spread = 0.0 if i == 1 else max(q_prev - s_prev * s_prev / (i - 1), 0.0)  # Σ (X_j - X̄)² over j < i
+        var_hat = (0.25 + spread) / i
+        g = (mu_hat - c) / (var_hat + (mu_hat - c) ** 2)
+        lam_up = min(max(g, 0.0), rho / max(c, 1e-9))
+        lam_dn = min(max(-g, 0.0), rho / max(1.0 - c, 1e-9))
+        log_up += math.log(1.0 + lam_up * (x - c))
+        log_dn += math.log(1.0 - lam_dn * (x - c))
+        s_prev += x
+        q_prev += x * x
+        d_sum += di
+        if cmp.greater(d_sum, i):
+            sure = cmp.greater(2.0 * s_prev - big_n, big_n)  # S_t/N > θ_X: no completion can fall to θ
+            out.append(ACCEPT if sure or log_up >= log_target else DEFER)
+        else:
+            sure = not cmp.greater(2.0 * (s_prev + big_n - i) - big_n, big_n)  # (S_t + N - t)/N <= θ_X
+            out.append(REJECT if sure or log_dn >= log_target else DEFER)
+    return out
+
+
 def serfling_stitched_path(d: Sequence[float], cmp: Cmp, a: float, big_n: int) -> list[str]:
     """Baseline anytime rule: Serfling radius at level a·6/(π² t²) at step t."""
     out = []
@@ -623,7 +655,7 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
             res = results[bi]
             res.k_values.append(k)
             shares = []
-            if pol.rule == "anytime" and anytime_paths is None:
+            if pol.rule in ("anytime", "anytime_eb") and anytime_paths is None:
                 full = np.asarray(plan.case_observed(p, seed_index, config_index, len(ks) - 1))
                 anytime_paths = [_anytime_case(rp, groups, sizes, list(map(int, row)), cmp, cfg, pol) for row in full]
             for r, row in enumerate(obs):
@@ -637,7 +669,7 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
                 probs = (None, None)
                 used = k
                 covered = covered_k
-                if pol.rule == "anytime":
+                if pol.rule in ("anytime", "anytime_eb"):
                     decisions, cov_at, full_row = anytime_paths[r]
                     assert full_row[:k] == row, "anytime: budget-k tasks are not a prefix of one order"
                     decision = DEFER
@@ -669,7 +701,7 @@ def reference_config(plan, config_index: int, pair_indices=None, seed_index: int
 
 def _anytime_case(rp: RefPair, groups, sizes, order: list[int], cmp: Cmp, cfg, pol):
     d = [rp.diffs[i] for i in order]
-    decisions = anytime_path(d, cmp, cfg.a, rp.n)
+    decisions = (betting_path if pol.rule == "anytime" else anytime_path)(d, cmp, cfg.a, rp.n)
     cov_at = []
     counts = [0] * len(sizes)
     for t, i in enumerate(order, start=1):

@@ -23,6 +23,7 @@ from tests.engine import reference as ref
 BUDGETS = (0.1, 0.25, 0.5, 0.75, 1.0)
 CUSTOM = [
     {"order": "uniform", "rule": "anytime", "coverage": "no"},
+    {"order": "stratified", "rule": "anytime_eb", "coverage": "yes"},
     {"order": "uniform", "rule": "serfling", "coverage": "yes"},
     {"order": "stratified", "rule": "paired_normal", "coverage": "no"},
     {"order": "neyman", "rule": "forced", "coverage": "no"},
@@ -149,7 +150,7 @@ def _check_config(plan, report, c, seeds=1):
             where, got["accept"], got["reject"], got["defer"], cnt)
         for key in ref.METRICS:
             assert _close(got[key], m[key]), (where, key, got[key], m[key])
-        if cfg.policy.rule == "anytime":
+        if cfg.policy.rule in ("anytime", "anytime_eb"):
             assert _close(got["mean_tasks_used"], m["mean_tasks_used"]), (where, got["mean_tasks_used"], m)
         rows.append((b, m))
         if seeds > 1:

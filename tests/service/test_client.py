@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import httpx
 import numpy as np
@@ -87,6 +88,27 @@ def test_harness_loop_stops_early_with_the_anytime_rule(client: TestClient) -> N
     assert again.verdict.decision == "accept" and again.record(ran[0], *outcome[ran[0]]).k == verdict.k
     hook = again.record_outcomes(ran[1], {"new": outcome[ran[1]][0], "base": outcome[ran[1]][1]})
     assert hook.stop
+
+
+def test_resumed_monitor_skips_what_the_session_holds(client: TestClient) -> None:
+    """A harness restarted mid-run resumes by session id: ``tasks()`` offers only the tasks the
+    session has not observed, still in the recommended order, and the answers it gets carry
+    the interval, the forecast of further tasks and (the harness ran its own order) which
+    groups are behind their floors."""
+    first = LiveMonitor(SufficiencyClient(http=client), system_a="new", system_b="base", universe=UNIVERSE,
+                        rule="bootstrap", budgets=[0.5, 1.0])
+    own_order = [t for t in IDS if UNIVERSE[t] == "repo0"][:6]  # the harness's order: one repository first
+    for t in own_order:
+        v = first.record(t, 1.0, 0.0)
+    assert not v.stop and v.state["observed_task_ids"] == own_order
+    resumed = LiveMonitor(SufficiencyClient(http=client), session_id=first.session_id)
+    offered = list(itertools.islice(resumed.tasks(), 5))
+    assert not set(offered) & set(own_order) and offered == [t for t in first.order if t not in own_order][:5]
+    current = v.state["current"]
+    assert current["reason"] == "awaiting_checkpoint" and current["interval"] is None
+    warn = current["coverage_warning"]
+    assert {g["group"] for g in warn["groups"]} == {"repo1", "repo2"} and warn["missing"] == 4
+    assert current["forecast"]["cap"] == 48 and 18 <= current["forecast"]["expected_more_tasks"] <= 42
 
 
 def test_async_client_concurrent_appends_and_async_monitor(client: TestClient) -> None:

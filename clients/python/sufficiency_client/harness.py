@@ -112,7 +112,8 @@ class LiveMonitor:
         self.system_b: str = state["system_b"]
         self.order: list[str] = list(state["order"])
         self.verdict = Verdict.of(state)
-        self._recorded: set[str] = set()
+        # A resumed session already holds some tasks: tasks() must not offer them again.
+        self._recorded: set[str] = set(state.get("observed_task_ids") or ())
 
     def record(self, task_id: str, outcome_a: float | None = None, outcome_b: float | None = None, *,
                trial: int = 0) -> Verdict:
