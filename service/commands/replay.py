@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="repeat over S seeds and report 2.5-97.5%% intervals")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (the report does not depend on it)")
+    p.add_argument("--per-pair", action=argparse.BooleanOptionalAction, default=True,
+                   help="include each configuration's per-pair rows in the JSON report (default yes; the "
+                   "service serves them by page instead: its report is --no-per-pair)")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--out", help="write the report here instead of stdout")
     p.set_defaults(func=run)
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: --jobs must be at least 1", file=sys.stderr)
         return 2
     bar = ProgressBar(total_cases(plan))
-    report = run_replay(records, spec, jobs=args.jobs, progress=bar)
+    report = run_replay(records, spec, jobs=args.jobs, progress=bar, per_pair=args.per_pair)
     bar.close()
     if args.format == "json":
         data = report_json(report)

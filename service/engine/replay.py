@@ -37,6 +37,7 @@ from service.engine.orders import (
     stratified_orders,
     uniform_orders,
 )
+from service.engine.pairs import pair_table
 from service.engine.records import Records, filter_systems, group_labels, parse_group_key
 from service.engine.spec import ANYTIME_RULES, Policy, ReplaySpec, SpecError
 
@@ -700,8 +701,11 @@ METRICS = ("false_accept_rate", "false_reject_rate", "decision_error", "defer_ra
            "cost_fraction", "task_fraction")
 
 
-def build_report(plan: Plan, chunks: Sequence[ChunkResult]) -> dict:
-    """Merge chunk tallies in pair order and compute SPEC §5 metrics and §6 sufficiency."""
+def build_report(plan: Plan, chunks: Sequence[ChunkResult], *, per_pair: bool = True) -> dict:
+    """Merge chunk tallies in pair order and compute SPEC §5 metrics and §6 sufficiency.
+
+    ``per_pair=False`` leaves out each configuration's ``per_pair`` rows (the service keeps
+    them as ``pairs.PairTable`` and serves them by page); nothing else changes."""
     chunks = sorted(chunks, key=lambda ch: ch.start)
     pos = 0
     for ch in chunks:
@@ -748,20 +752,6 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult]) -> dict:
             budgets.append(entry)
         msb = next((e["budget"] for e in budgets if e["sufficient"]), None)
         ecb = next((e["budget"] for e in budgets if not (set(e["misses"]) - {"defer_rate"})), None)
-        per_pair = []
-        for p in np.flatnonzero(appl):
-            a, bb = plan.pairs[p]
-            tot = reps * n_s
-            per_pair.append({
-                "a": names[a],
-                "b": names[bb],
-                "n_tasks": int(n_tasks[p]),
-                "delta_full": _clean(float(dfull[p])),
-                "full_decision": "positive" if positive[p] else "negative",
-                "accept": [_clean(x / tot) for x in cat["accept"][p, c].sum(axis=0).tolist()],
-                "reject": [_clean(x / tot) for x in cat["reject"][p, c].sum(axis=0).tolist()],
-                "defer": [_clean(x / tot) for x in cat["defer"][p, c].sum(axis=0).tolist()],
-            })
         conf = cfg.describe()
         conf.update({
             "n_pairs": n_app,
@@ -775,8 +765,9 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult]) -> dict:
             "budgets": budgets,
             "minimum_sufficient_budget": msb,
             "error_coverage_budget": ecb,
-            "per_pair": per_pair,
         })
+        if per_pair:
+            conf["per_pair"] = pair_table(plan, cat, c, dfull, positive, appl).rows()
         configurations.append(conf)
     return {
         "version": __version__,
@@ -888,7 +879,7 @@ def total_cases(plan: Plan) -> int:
 
 
 def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Progress | None = None,
-               chunks: int | None = None) -> dict:
+               chunks: int | None = None, per_pair: bool = True) -> dict:
     """Plan, replay every chunk (in ``jobs`` processes) and build the report.
 
     The report does not depend on ``jobs`` or ``chunks``.
@@ -910,7 +901,7 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
                 results.append(ChunkResult.from_bytes(fut.result()))
                 if progress:
                     progress((b - a) * len(plan.configs) * spec.seeds * spec.orders * len(spec.budgets))
-    return build_report(plan, results)
+    return build_report(plan, results, per_pair=per_pair)
 
 
 def sufficiency_table(report: dict) -> list[dict[str, object]]:

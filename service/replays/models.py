@@ -91,3 +91,15 @@ class MetricRow(Base):
     """Null for per-configuration rows (minimum_sufficient_budget, error_coverage_budget)."""
     metric: Mapped[str] = mapped_column(String(64))
     value: Mapped[float | None] = mapped_column(Float)
+
+
+class ReplayPairTable(Base):
+    """One configuration's per-pair breakdown (``engine.pairs.PairTable.to_bytes``), written
+    with the report: the report itself leaves the rows out and ``/pairs`` serves them by page."""
+
+    __tablename__ = "replay_pair_tables"
+
+    replay_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("replays.id", ondelete="CASCADE"), primary_key=True)
+    config_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n_pairs: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)

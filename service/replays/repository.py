@@ -23,6 +23,7 @@ from service.replays.models import (
     MetricRow,
     Replay,
     ReplayChunk,
+    ReplayPairTable,
 )
 
 
@@ -295,5 +296,22 @@ def delete_replays(session: Session, replay_ids: Sequence[uuid.UUID]) -> None:
     if not ids:
         return
     session.execute(sql_delete(MetricRow.__table__).where(MetricRow.__table__.c.replay_id.in_(ids)))
+    session.execute(sql_delete(ReplayPairTable.__table__).where(ReplayPairTable.__table__.c.replay_id.in_(ids)))
     session.execute(sql_delete(ReplayChunk.__table__).where(ReplayChunk.__table__.c.replay_id.in_(ids)))
     session.execute(sql_delete(Replay.__table__).where(Replay.__table__.c.id.in_(ids)))
+
+
+def add_pair_tables(session: Session, replay_id: uuid.UUID, tables: Sequence[tuple[int, bytes]]) -> None:
+    """``tables``: ``(pairs, PairTable bytes)`` per configuration, in configuration order."""
+    session.add_all(
+        ReplayPairTable(replay_id=replay_id, config_index=i, n_pairs=n, data=data) for i, (n, data) in enumerate(tables)
+    )
+    session.flush()
+
+
+def pair_table_bytes(session: Session, replay_id: uuid.UUID, config_index: int) -> bytes | None:
+    return session.scalar(
+        select(ReplayPairTable.data).where(
+            ReplayPairTable.replay_id == replay_id, ReplayPairTable.config_index == config_index
+        )
+    )

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response, status
 
 from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
-from service.replays import repository, service
+from service.replays import pairs, repository, service
 from service.replays.filters import check_metric_filters
-from service.replays.schemas import MetricPage, MetricRowRead, ReplayCreate, ReplayPage, ReplayRead, Status
+from service.replays.schemas import (
+    MetricPage,
+    MetricRowRead,
+    PairPage,
+    PairRowRead,
+    ReplayCreate,
+    ReplayPage,
+    ReplayRead,
+    Status,
+)
 
 router = APIRouter(prefix="/v1/replays", tags=["replays"])
 
@@ -76,7 +85,8 @@ _REPORT_RESPONSES = {
     "/{replay_id}/report",
     responses={200: {"content": {"application/json": {}}, "description": "The report document"}, **_REPORT_RESPONSES},
     response_class=Response,
-    summary="The report: the same bytes `sufficiency replay --format json` prints",
+    summary="The report: the same bytes `sufficiency replay --format json --no-per-pair` prints",
+    description="Per-pair rows are not in it: `GET /v1/replays/{id}/pairs` serves them by page.",
 )
 def get_report(
     replay_id: uuid.UUID, session: SessionDep, if_none_match: Annotated[str | None, Header()] = None
@@ -145,3 +155,34 @@ def get_metrics(
         for r in rows
     ]
     return MetricPage(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.get(
+    "/{replay_id}/pairs",
+    response_model=PairPage,
+    responses=responses(NotFound, Conflict, Unprocessable),
+    summary="A configuration's per-pair rows, by page, optionally only those of some systems",
+)
+def get_pairs(
+    replay_id: uuid.UUID,
+    session: SessionDep,
+    config: Annotated[int, Query(ge=0, le=1_000_000, description="Configuration index, in report order.")] = 0,
+    system: Annotated[list[str] | None, Query(description="Only pairs with one of these systems as A or B.")] = None,
+    sort: Annotated[
+        Literal["pair", "abs_delta", "delta", "defer", "a", "b"],
+        Query(description="`pair`: report order; `defer`: unresolved share at the largest budget; ties by A, B."),
+    ] = "pair",
+    order: Literal["asc", "desc"] = "asc",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+) -> PairPage:
+    replay = service.get(session, replay_id)
+    if replay.status != "succeeded":
+        raise Conflict(f"replay {replay_id} is {replay.status}; per-pair rows exist once it has succeeded")
+    rows, matched, total = pairs.page(
+        session, replay, config, systems=system, sort=sort, descending=order == "desc", limit=limit, offset=offset
+    )
+    return PairPage(
+        config=config, budgets=replay.spec["budgets"], items=[PairRowRead(**r) for r in rows], matched=matched,
+        total=total, limit=limit, offset=offset,
+    )

@@ -56,6 +56,7 @@ class ReplayLinks(BaseModel):
     report: str
     report_csv: str
     metrics: str
+    pairs: str
 
 
 class ReplayRead(BaseModel):
@@ -96,5 +97,31 @@ class MetricRowRead(BaseModel):
 class MetricPage(BaseModel):
     items: list[MetricRowRead]
     total: int
+    limit: int
+    offset: int
+
+
+class PairRowRead(BaseModel):
+    """One directed pair of a configuration (SPEC §5): shares of its cases at each budget."""
+
+    a: str
+    b: str
+    n_tasks: int
+    delta_full: float = Field(description="Δ_full = mean(A) − mean(B) over the pair's tasks (a fraction).")
+    full_decision: Literal["positive", "negative"]
+    accept: list[float] = Field(description="Share of the pair's cases ending accept, per budget of the spec.")
+    reject: list[float]
+    defer: list[float]
+
+
+class PairPage(BaseModel):
+    """A page of a configuration's per-pair rows: the rows the CLI report lists under
+    ``configurations[config].per_pair``, after the filters, in the chosen order."""
+
+    config: int
+    budgets: list[float]
+    items: list[PairRowRead]
+    matched: int = Field(description="Pairs left by the filters.")
+    total: int = Field(description="Pairs of the configuration.")
     limit: int
     offset: int

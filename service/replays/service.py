@@ -150,7 +150,8 @@ def to_read(replay: Replay, done: tuple[int, float]) -> ReplayRead:
         error=replay.error,
         spec=replay.spec,
         links=ReplayLinks(
-            self=base, report=f"{base}/report", report_csv=f"{base}/report.csv", metrics=f"{base}/metrics"
+            self=base, report=f"{base}/report", report_csv=f"{base}/report.csv", metrics=f"{base}/metrics",
+            pairs=f"{base}/pairs",
         ),
     )
 

@@ -149,6 +149,7 @@ def run_chunk(ctx: TaskContext, replay_id: str, index: int) -> None:
 def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
     """Merge the chunks once all are stored. The replay row lock makes exactly one of the
     workers that race here do it; the others see it succeeded and return."""
+    from service.engine.pairs import pair_tables
     from service.engine.replay import ChunkResult, build_report
     from service.engine.report import metric_rows, report_csv, report_json
 
@@ -161,7 +162,11 @@ def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
                 return
             blobs = repository.chunk_results(session, rid)
             plan = replays.plan_for(session, replay)
-            report = build_report(plan, [ChunkResult.from_bytes(b) for b in blobs])
+            chunks = [ChunkResult.from_bytes(b) for b in blobs]
+            del blobs
+            report = build_report(plan, chunks, per_pair=False)  # the rows go to pair tables, served by page
+            repository.add_pair_tables(session, rid, [(len(t), t.to_bytes()) for t in pair_tables(plan, chunks)])
+            del chunks
             body = report_json(report)
             replay.report_json = body
             replay.report_csv = report_csv(report).encode()

@@ -29,6 +29,7 @@ from service.engine import evalstats
 from service.engine import leaderboard as board_stats
 from service.engine.spec import NAMED_POLICIES
 from service.errors import NotFound, ServiceError
+from service.replays import pairs as replay_pairs
 from service.replays import repository as replays_repo
 from service.replays import service as replays
 from service.replays.models import FINISHED
@@ -287,7 +288,8 @@ def replay_page(
             config=config,
             chosen=chosen,
             chosen_label=view.series_label(chosen, dims, with_delta=True) if chosen else "",
-            pairs=view.pair_page(chosen, sort=sort, order=order, query=q, page=page) if chosen else None,
+            pairs=view.pair_page(replay_pairs.table(session, replay, config), sort=sort, order=order, query=q,
+                                 page=page) if chosen else None,
             sorts=view.PAIR_SORTS,
             q=q,
             budgets=report["spec"]["budgets"],

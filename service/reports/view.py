@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from service.engine.pairs import PairTable
+
 # The dimensions a configuration is swept over (besides the policy); a page or figure names
 # a dimension only when the report has more than one value of it.
 DIMENSIONS = ("group", "floor", "a", "bootstrap", "delta")
@@ -155,38 +157,23 @@ class PairPage:
 
 
 def pair_page(
-    conf: dict[str, Any], *, sort: str = "abs_delta", order: str = "asc", query: str = "", page: int = 1,
+    table: PairTable, *, sort: str = "abs_delta", order: str = "asc", query: str = "", page: int = 1,
     per_page: int = PAIRS_PER_PAGE,
 ) -> PairPage:
-    """The configuration's per-pair rows filtered by a system-name substring, sorted, one page.
+    """The configuration's per-pair rows filtered by a system-name substring, sorted, one page
+    (the rows come from the replay's stored pair table, as ``/v1/replays/{id}/pairs`` serves them).
 
     Each row gets ``cells``: per budget ``(accept, reject, defer)`` shares."""
-    pairs = conf["per_pair"]
-    q = query.strip().lower()
-    rows = [p for p in pairs if not q or q in p["a"].lower() or q in p["b"].lower()]
     sort = sort if sort in PAIR_SORTS else "abs_delta"
     order = "desc" if order == "desc" else "asc"
-
-    def key(p: dict[str, Any]) -> tuple:
-        if sort == "abs_delta":
-            return (abs(p["delta_full"]), p["a"], p["b"])
-        if sort == "delta":
-            return (p["delta_full"], p["a"], p["b"])
-        if sort == "defer":
-            return (p["defer"][-1] if p["defer"] else 0.0, p["a"], p["b"])
-        if sort == "a":
-            return (p["a"], p["b"])
-        return (p["b"], p["a"])
-
-    rows.sort(key=key, reverse=order == "desc")
-    pages = max(1, math.ceil(len(rows) / per_page))
+    idx = table.select(query=query, sort=sort, descending=order == "desc")
+    pages = max(1, math.ceil(len(idx) / per_page))
     page = min(max(1, page), pages)
-    chosen = rows[(page - 1) * per_page : page * per_page]
     out = []
-    for p in chosen:
+    for p in table.rows(idx[(page - 1) * per_page : page * per_page]):
         cells = list(zip(p["accept"], p["reject"], p["defer"], strict=True))
         out.append({**p, "cells": cells})
-    return PairPage(rows=out, total=len(pairs), matched=len(rows), page=page, pages=pages, sort=sort, order=order)
+    return PairPage(rows=out, total=len(table), matched=len(idx), page=page, pages=pages, sort=sort, order=order)
 
 
 def spec_items(spec: dict[str, Any]) -> list[tuple[str, str]]:

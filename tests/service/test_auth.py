@@ -95,7 +95,7 @@ def test_replays_and_sessions_belong_to_their_owner(app_client: TestClient) -> N
     assert wait_for(c, rid)["status"] == "succeeded"
     del c.headers["authorization"]
     for path in (f"/v1/replays/{rid}", f"/v1/replays/{rid}/report", f"/v1/replays/{rid}/report.csv",
-                 f"/v1/replays/{rid}/metrics", f"/v1/replays/{rid}/figures/errors.svg"):
+                 f"/v1/replays/{rid}/metrics", f"/v1/replays/{rid}/figures/errors.svg", f"/v1/replays/{rid}/pairs"):
         assert c.get(path, headers=alice).status_code == 200, path
         assert c.get(path, headers=bob).status_code == 404, path
     assert c.delete(f"/v1/replays/{rid}", headers=bob).status_code == 404

@@ -15,12 +15,13 @@ from service.replays.service import options_of
 from tests.service.conftest import SMALL_SPEC, synth_csv, upload, wait_for
 
 
-def engine_report(content: bytes, spec: dict) -> dict:
-    """The report computed in one piece by the engine, from the options the API derives."""
+def engine_report(content: bytes, spec: dict, *, per_pair: bool = False) -> dict:
+    """The report computed in one piece by the engine, from the options the API derives
+    (without per-pair rows, as the service stores it, unless asked)."""
     from service.engine.replay import run_replay
 
     options = options_of(ReplayCreate(dataset_id="00000000-0000-0000-0000-000000000000", **spec))
-    return run_replay(parse_records(content), make_spec(**options))
+    return run_replay(parse_records(content), make_spec(**options), per_pair=per_pair)
 
 
 def _submit(client: TestClient, dataset_id: str, **spec: object) -> dict:
@@ -180,15 +181,29 @@ CLI_ARGS = [
 
 def test_cli_and_api_reports_are_byte_identical(client: TestClient, tmp_path) -> None:  # noqa: ANN001
     from service.cli import main
+    from service.engine.report import report_json
 
     content = synth_csv(seed=13, n_systems=5)
     path = tmp_path / "bench.csv"
     path.write_bytes(content)
     out = tmp_path / "cli.json"
-    assert main(["replay", str(path), *CLI_ARGS, "--format", "json", "--out", str(out)]) == 0
+    assert main(["replay", str(path), *CLI_ARGS, "--no-per-pair", "--format", "json", "--out", str(out)]) == 0
     rid = _submit(client, upload(client, content)["id"], **SMALL_SPEC)["id"]
     assert wait_for(client, rid)["status"] == "succeeded"
     assert client.get(f"/v1/replays/{rid}/report").content == out.read_bytes()
+    # the per-pair rows the CLI report carries by default are the service's pages, in order
+    full = tmp_path / "full.json"
+    assert main(["replay", str(path), *CLI_ARGS, "--format", "json", "--out", str(full)]) == 0
+    cli = json.loads(full.read_bytes())
+    for c, conf in enumerate(cli["configurations"]):
+        rows = []
+        for offset in range(0, 20, 7):
+            page = client.get(f"/v1/replays/{rid}/pairs", params={"config": c, "limit": 7, "offset": offset}).json()
+            assert page["total"] == page["matched"] == 20 and page["budgets"] == cli["spec"]["budgets"]
+            rows += page["items"]
+        assert rows == conf["per_pair"]
+        conf.pop("per_pair")
+    assert report_json(cli) == out.read_bytes()  # nothing else differs
     csv_out = tmp_path / "cli.csv"
     assert main(["replay", str(path), *CLI_ARGS, "--format", "csv", "--out", str(csv_out)]) == 0
     assert client.get(f"/v1/replays/{rid}/report.csv").content == csv_out.read_bytes()
@@ -204,7 +219,7 @@ def test_real_dataset_through_the_api(client: TestClient, tmp_path, name: str, s
     path = shared_dataset(name)
     out = tmp_path / "cli.json"
     args = ["--policy", "coverage_bootstrap", "--delta", "0", "--orders", "10", "--group", "group", "--seed", "3"]
-    assert main(["replay", str(path), *args, "--format", "json", "--out", str(out)]) == 0
+    assert main(["replay", str(path), *args, "--no-per-pair", "--format", "json", "--out", str(out)]) == 0
     ds = client.post("/v1/datasets", files={"file": ("records.csv", path.read_bytes(), "text/csv")}).json()
     assert (ds["n_systems"], ds["n_tasks"]) == shape
     spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 10, "groups": ["group"], "seed": 3}
