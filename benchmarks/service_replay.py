@@ -1,16 +1,28 @@
-"""Time a full replay of a real benchmark through the HTTP API with 1 and 2 Celery workers.
+"""Time a replay through the HTTP API on Celery workers against the CLI in one process.
 
-    .venv/bin/python benchmarks/service_replay.py [../shared/data/swebench_lite/records.csv]
+    .venv/bin/python benchmarks/service_replay.py [RECORDS] [--workers 1,2]
+    .venv/bin/python benchmarks/service_replay.py --board 134x500x12 --policy coverage_bootstrap --workers 2
 
-Starts `sufficiency serve` and `sufficiency worker` processes against a private Postgres
-database and Redis queue (created and removed here), uploads the records, submits a replay
-(two policies x two thresholds, 19 budgets, 500 orders, grouped by `group`), and reports the
-wall time from submission to a stored report, plus whether the report equals the CLI's bytes.
+``RECORDS`` defaults to ``../shared/data/swebench_lite/records.csv`` with two policies x two
+thresholds grouped by ``group``; ``--board SxTxG`` generates a synthetic board of S systems,
+T tasks and G groups (``sufficiency synth``) instead. First the CLI replays it in one process
+(``sufficiency replay --format json``, per-pair rows included, as a user runs it); then, for
+each worker count, ``sufficiency serve`` and that many ``sufficiency worker --concurrency 1``
+processes start against a private Postgres database and Redis queue (created and removed
+here), the records are uploaded and the replay submitted. Reported per run: wall time from
+submission to a stored report and its ratio to the CLI's time in this run (the host is
+shared: only the ratio means much), the peak resident memory of the CLI and of each worker
+process, the report's size per configuration, whether it equals the CLI's report without its
+per-pair rows, and whether the per-pair pages (``/pairs``, fetched whole by pages of 1,000) equal
+the CLI's rows; plus the time of one page filtered by a system. Every wait is bounded.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import resource
 import secrets
 import subprocess
 import sys
@@ -28,42 +40,117 @@ from tests.service import procs  # noqa: E402
 
 PG = os.environ.get("SUFFICIENCY_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("SUFFICIENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-SPEC = {"policies": ["coverage_bootstrap", "serfling_coverage"], "deltas": [0, 5], "groups": ["group"]}
-CLI = ["--group", "group", "--policy", "coverage_bootstrap", "--policy", "serfling_coverage",
-       "--delta", "0", "--delta", "5"]
 
 
-def run_once(records: Path, workers: int, cli_bytes: bytes, tmp: Path) -> float:
+def peak_rss_mb(pid: int) -> float:
+    """``VmHWM`` (peak resident set) of a live process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker_pids(root: int) -> list[int]:
+    """A Celery worker and its pool children (the processes that run the chunks)."""
+    out, todo = [root], [root]
+    while todo:
+        kids = list(procs.children(todo.pop()))
+        out += kids
+        todo += kids
+    return out
+
+
+def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: float, tmp: Path, timeout: float) -> dict:
+    from service.engine.report import report_json
+
     admin = create_engine(PG, isolation_level="AUTOCOMMIT")
     name = f"sufficiency_bench_{os.getpid()}_{secrets.token_hex(3)}"
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(PG).set(database=name).render_as_string(hide_password=False)
-    env = procs.env_for(database_url=url, broker_url=f"{REDIS}/{secrets.randbelow(15) + 1}",
-                        celery_queue=name, data_dir=tmp / "data")
+    env = procs.env_for(
+        database_url=url, broker_url=f"{REDIS}/{secrets.randbelow(15) + 1}", celery_queue=name, data_dir=tmp / "data"
+    )
     started: list[subprocess.Popen] = []
     try:
-        subprocess.run([sys.executable, "-m", "service.cli", "migrate"], cwd=REPO, env=env, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "service.cli", "migrate"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         port = procs.free_port()
         started.append(procs.start(["serve", "--port", str(port)], env, tmp / f"api{workers}.log"))
+        pool = []
         for i in range(workers):
-            started.append(procs.start(["worker", "--concurrency", "1", "--loglevel", "warning"], env,
-                                       tmp / f"worker{workers}_{i}.log"))
+            pool.append(
+                procs.start(
+                    ["worker", "--concurrency", "1", "--loglevel", "warning"], env, tmp / f"worker{workers}_{i}.log"
+                )
+            )
+        started += pool
         base = f"http://127.0.0.1:{port}"
         procs.wait_http(f"{base}/readyz", timeout=60)
         time.sleep(3)  # let the workers connect before timing
-        with httpx.Client(base_url=base, timeout=60) as http:
-            ds = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")}).json()
+        with httpx.Client(base_url=base, timeout=120) as http:
+            r = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")})
+            r.raise_for_status()
             t0 = time.monotonic()
-            rid = http.post("/v1/replays", json={"dataset_id": ds["id"], **SPEC}).json()["id"]
+            r = http.post("/v1/replays", json={"dataset_id": r.json()["id"], **spec})
+            r.raise_for_status()
+            rid = r.json()["id"]
             while (state := http.get(f"/v1/replays/{rid}").json())["status"] not in ("succeeded", "failed"):
+                if time.monotonic() - t0 > timeout:
+                    raise TimeoutError(f"replay still {state['status']} after {timeout:.0f} s; see {tmp}")
                 time.sleep(0.05)
             elapsed = time.monotonic() - t0
-            same = http.get(f"/v1/replays/{rid}/report").content == cli_bytes
-        print(f"{workers} worker(s): {state['status']} in {elapsed:.1f} s, {state['n_pairs']} pairs in "
-              f"{state['n_chunks']} chunks; report == CLI bytes: {same}")
-        return elapsed
+            rss = [max(peak_rss_mb(p) for p in worker_pids(w.pid)) for w in pool]
+            if state["status"] != "succeeded":
+                raise RuntimeError(f"replay failed: {state['error']}")
+            report = http.get(f"/v1/replays/{rid}/report").content
+            confs = cli["configurations"]
+            same_report = report == report_json(
+                {**cli, "configurations": [{k: v for k, v in c.items() if k != "per_pair"} for c in confs]}
+            )
+            same_pairs = True
+            for c, conf in enumerate(confs):
+                rows: list[dict] = []
+                while len(rows) < len(conf["per_pair"]):
+                    page = http.get(
+                        f"/v1/replays/{rid}/pairs", params={"config": c, "limit": 1000, "offset": len(rows)}
+                    ).json()
+                    if not page["items"]:
+                        break
+                    rows += page["items"]
+                same_pairs &= rows == conf["per_pair"]
+            system = cli["dataset"]["system_names"][0]
+            t1 = time.monotonic()
+            one = http.get(f"/v1/replays/{rid}/pairs", params={"system": system, "sort": "abs_delta", "limit": 50})
+            page_ms = (time.monotonic() - t1) * 1000
+            one.raise_for_status()
+        out = {
+            "workers": workers,
+            "seconds": round(elapsed, 1),
+            "ratio_to_cli": round(elapsed / cli_seconds, 3),
+            "n_pairs": state["n_pairs"],
+            "n_chunks": state["n_chunks"],
+            "worker_peak_rss_mb": [round(x) for x in rss],
+            "report_bytes_per_configuration": len(report) // max(1, len(confs)),
+            "report_equals_cli_without_rows": same_report,
+            "pairs_equal_cli_rows": same_pairs,
+            "one_system_page_ms": round(page_ms, 1),
+            "one_system_pairs": one.json()["matched"],
+        }
+        print(
+            f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI; {state['n_pairs']} pairs in "
+            f"{state['n_chunks']} chunks; worker peak RSS {out['worker_peak_rss_mb']} MB; report "
+            f"{out['report_bytes_per_configuration'] / 1e3:.0f} kB per configuration (== CLI without rows: "
+            f"{same_report}); pages == CLI rows: {same_pairs}; a page of {system}'s pairs in {page_ms:.0f} ms",
+            flush=True,
+        )
+        return out
     finally:
         for p in reversed(started):
             procs.stop(p)
@@ -72,18 +159,89 @@ def run_once(records: Path, workers: int, cli_bytes: bytes, tmp: Path) -> float:
         admin.dispose()
 
 
-def main() -> int:
-    records = Path(sys.argv[1] if len(sys.argv) > 1 else REPO.parent / "shared/data/swebench_lite/records.csv")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("records", nargs="?", type=Path, default=REPO.parent / "shared/data/swebench_lite/records.csv")
+    parser.add_argument("--board", metavar="SxTxG", help="a synthetic board instead: systems x tasks x groups")
+    parser.add_argument("--policy", action="append", help="default: coverage_bootstrap and serfling_coverage")
+    parser.add_argument("--delta", action="append", type=float, help="default: 0 and 5")
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts to run")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per service replay")
+    args = parser.parse_args(argv)
+    policies = args.policy or ["coverage_bootstrap", "serfling_coverage"]
+    deltas = args.delta or [0.0, 5.0]
+    spec = {"policies": policies, "deltas": deltas, "groups": ["group"]}
+    cli_args = [
+        "--group",
+        "group",
+        *(x for p in policies for x in ("--policy", p)),
+        *(x for d in deltas for x in ("--delta", f"{d:g}")),
+    ]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        records = args.records
+        if args.board:
+            systems, tasks, groups = (int(x) for x in args.board.lower().split("x"))
+            records = tmp / "board.csv"
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "service.cli",
+                    "synth",
+                    "--systems",
+                    str(systems),
+                    "--tasks",
+                    str(tasks),
+                    "--groups",
+                    str(groups),
+                    "--out",
+                    str(records),
+                ],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+            )
         out = tmp / "cli.json"
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "service.cli", "replay", str(records), *CLI, "--format", "json",
-                        "--out", str(out)], cwd=REPO, check=True, capture_output=True)
-        print(f"CLI (1 process): {time.monotonic() - t0:.1f} s")
-        for workers in (1, 2):
-            run_once(records, workers, out.read_bytes(), tmp)
-    return 0
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "service.cli",
+                "replay",
+                str(records),
+                *cli_args,
+                "--format",
+                "json",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+        cli_seconds = time.monotonic() - t0
+        cli_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        cli = json.loads(out.read_bytes())
+        cli_bytes = out.stat().st_size
+        print(
+            f"CLI (1 process): {cli_seconds:.1f} s, peak RSS {cli_rss:.0f} MB, report "
+            f"{cli_bytes / 1e6:.1f} MB ({len(cli['configurations'])} configuration(s))",
+            flush=True,
+        )
+        runs = [run_once(records, spec, int(w), cli, cli_seconds, tmp, args.timeout) for w in args.workers.split(",")]
+    print(
+        json.dumps(
+            {
+                "cli_seconds": round(cli_seconds, 1),
+                "cli_peak_rss_mb": round(cli_rss),
+                "cli_report_bytes": cli_bytes,
+                "runs": runs,
+            }
+        )
+    )
+    return 0 if all(r["report_equals_cli_without_rows"] and r["pairs_equal_cli_rows"] for r in runs) else 1
 
 
 if __name__ == "__main__":
