@@ -27,9 +27,10 @@ def register(subparsers) -> None:
         help="rank systems with intervals and say which leads are statistical ties (SPEC §8)",
         description=(
             "Rank the systems of a records file by mean score, with confidence intervals, and test every "
-            "adjacent lead with a paired test (exact McNemar for single-trial 0/1 records, else a paired "
-            "t-test; cluster-robust by --cluster). Tie groups are maximal runs of ranks joined by "
-            "non-significant adjacent leads."
+            "pair with a paired test (exact McNemar for single-trial 0/1 records, else a paired t-test; "
+            "cluster-robust by --cluster), corrected as one family. Each row gets a simultaneous rank "
+            "interval and compact letters (systems sharing a letter are not significantly different); "
+            "tie groups never join two systems that differ (SPEC §8.1)."
         ),
     )
     p.add_argument("records", metavar="RECORDS", help="CSV or JSONL records (SPEC §1)")
@@ -39,8 +40,9 @@ def register(subparsers) -> None:
     p.add_argument("--correction", choices=CORRECTIONS, default="holm",
                    help="multiple-comparison correction over the compared pairs (default holm)")
     p.add_argument("--matrix", action="store_true", help="also compare every pair (one corrected family)")
-    p.add_argument("--ties", choices=TIE_RULES, default="leader",
-                   help="tie groups from each group's leader in the matrix (default) or from adjacent leads")
+    p.add_argument("--ties", choices=TIE_RULES, default="cliques",
+                   help="tie groups: runs of mutually tied systems (default; SPEC §8.1), or the older "
+                        "adjacent / leader views kept for comparison")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
     p.set_defaults(func=run)
 
@@ -74,6 +76,14 @@ def _pct(x: float | None) -> str:
     return "—" if x is None or x != x else f"{100 * x:.1f}"
 
 
+def _signed(x: float | None) -> str:
+    """A lead in points with its sign, never "-0.0" (a float sum can land at -1e-17)."""
+    if x is None or x != x:
+        return "—"
+    v = round(100 * x, 1)
+    return f"{v + 0.0:+.1f}"
+
+
 def format_table(board: Leaderboard) -> str:
     """Plain-text leaderboard: one row per system, then the tie groups (and the matrix)."""
     lines = []
@@ -83,27 +93,40 @@ def format_table(board: Leaderboard) -> str:
     if board.cluster:
         head += f" · clustered by {board.cluster} ({board.n_clusters} clusters)"
     lines.append(head)
+    if board.unequal_task_sets is not None:
+        lines.append(f"warning (unequal_task_sets): {board.unequal_task_sets.message}")
     kmax = max((len(r.stats.pass_k) for r in board.rows), default=1)
     width = max([len(r.stats.system) for r in board.rows] + [6])
-    cols = f"{'rank':>4}  {'system':<{width}}  {'tasks':>5}  {'score%':>6}  {lvl + ' interval':>18}  {'method':<15}"
+    lw = max([len("".join(r.letters or ())) for r in board.rows] + [7])
+    cols = f"{'rank':>4}  {'ranks':>7}  {'letters':<{lw}}  {'system':<{width}}  {'tasks':>5}  {'score%':>6}"
+    cols += f"  {lvl + ' interval':>18}  {'method':<15}"
     if kmax > 1:
         cols += f"  {f'pass@{kmax}':>7}  {f'pass^{kmax}':>7}"
-    cols += f"  {'lead':>6}  {'p adj':>6}  vs next"
+    cols += f"  {'lead':>6}  {lvl + ' CI':>15}  {'p adj':>6}  vs next"
     lines.append(cols)
     for i, row in enumerate(board.rows):
         s = row.stats
         iv = f"[{_pct(s.interval.low)}, {_pct(s.interval.high)}]"
-        line = f"{row.rank:>4}  {s.system:<{width}}  {s.n_tasks:>5}  {_pct(s.mean):>6}  {iv:>18}"
-        line += f"  {s.interval.method:<15}"
+        ranks = f"{row.rank_low}–{row.rank_high}"
+        letters = "".join(row.letters) if row.letters is not None else "—"
+        line = f"{row.rank:>4}  {ranks:>7}  {letters:<{lw}}  {s.system:<{width}}  {s.n_tasks:>5}  {_pct(s.mean):>6}"
+        line += f"  {iv:>18}  {s.interval.method:<15}"
         if kmax > 1:
             last = s.pass_k[-1] if len(s.pass_k) == kmax else None
             line += f"  {_pct(last.pass_at_k if last else None):>7}  {_pct(last.pass_hat_k if last else None):>7}"
         if i < len(board.adjacent):
             c = board.adjacent[i]
             p = "—" if c.p_adjusted != c.p_adjusted else f"{c.p_adjusted:.3f}"
-            lead = "—" if c.diff != c.diff else f"{abs(100 * c.diff):.1f}"
-            line += f"  {lead:>6}  {p:>6}  {'distinct' if c.distinguishable else 'tie'}"
+            ci = f"[{_signed(c.ci_low)}, {_signed(c.ci_high)}]"
+            line += f"  {_signed(c.diff):>6}  {ci:>15}  {p:>6}  {'distinct' if c.distinguishable else 'tie'}"
+            if board.unequal_task_sets is not None:
+                line += f" (on {c.n_tasks} common tasks)"
         lines.append(line)
+    lines.append("")
+    lines.append(f"Rank intervals: {board.rank_definition}")
+    lines.append("Letters: two systems share a letter iff not significantly different (equal scores always do).")
+    if board.letters_note:
+        lines.append(f"  {board.letters_note}")
     lines.append("")
     lines.append(f"Tie groups ({board.ties}): {TIE_DEFINITIONS[board.ties]}")
     for g in board.tie_groups:

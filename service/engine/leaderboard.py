@@ -23,7 +23,9 @@ from service.engine.evalstats import (
     _pair_arrays,
     _paired_test,
     _system_stats,
+    t_interval,
 )
+from service.engine.letters import TooManyLetters, compact_letters, rank_bounds
 from service.engine.records import Records, parse_group_key
 
 CORRECTIONS = ("holm", "bh", "none")
@@ -46,6 +48,9 @@ class Comparison:
     p_value: float
     p_adjusted: float
     distinguishable: bool
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    ci_method: str = "none"
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,26 @@ class TieGroup:
 
 @dataclass(frozen=True)
 class LeaderboardRow:
+    """One ranked system; ``rank_low..rank_high`` is its simultaneous rank interval and
+    ``letters`` its compact letters (see :func:`leaderboard`)."""
+
     rank: int
     stats: SystemStats
+    rank_low: int = 0
+    rank_high: int = 0
+    letters: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class UnequalTaskSets:
+    """The systems were not all run on the same tasks (SPEC §8.1, §6 diagnostics)."""
+
+    code: str
+    message: str
+    smallest_overlap: int
+    pair: tuple[str, str]
+    min_tasks: int
+    max_tasks: int
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,9 @@ class Leaderboard:
     ties: str
     tie_groups: tuple[TieGroup, ...]
     definition: str
+    unequal_task_sets: UnequalTaskSets | None = None
+    rank_definition: str = ""
+    letters_note: str | None = None
 
 
 # --------------------------------------------------------------------------- corrections
@@ -111,39 +137,62 @@ def adjust_pvalues(p: Sequence[float] | np.ndarray, method: str = "holm") -> np.
     return out
 
 
-TIE_RULES = ("adjacent", "leader")
+TIE_RULES = ("cliques", "adjacent", "leader")
 TIE_DEFINITIONS = {
+    "cliques": (
+        "A tie group is a run of consecutive ranks in which every two members are not significantly "
+        "different in the pairwise matrix (corrected over all pairs), systems with equal scores are never "
+        "split, and a group closes only when the next system differs from one of its members. So no group "
+        "joins two systems that differ; two systems in different groups may still be tied (see the letters)."
+    ),
     "adjacent": (
         "A tie group is a maximal run of consecutive ranks in which every adjacent lead is not "
         "distinguishable (adjusted p-value above 1 - level). Groups partition the ranking; with many "
-        "systems the runs chain, so two members of one group may still differ (see the matrix)."
+        "systems the runs chain, so two members of one group may still differ (see the matrix). Kept for "
+        "comparison: it does not meet SPEC §8.1."
     ),
     "leader": (
         "Tie groups are built from the top: a group starts at the best unassigned rank (its leader) and "
         "extends over the following ranks as long as each is not distinguishable from the leader in the "
         "pairwise matrix (adjusted over all pairs). Groups partition the ranking; every member is tied "
-        "with its leader."
+        "with its leader, but two members may differ. Kept for comparison: it does not meet SPEC §8.1."
     ),
 }
 
 
 def _compare(
-    records: Records, hi: int, lo: int, ranks: dict[int, int], labels: np.ndarray | None
-) -> tuple[str, str, int, int, int, float, float, str, float]:
+    records: Records, hi: int, lo: int, ranks: dict[int, int], labels: np.ndarray | None, level: float
+) -> dict:
+    """The paired test of ``hi`` against ``lo`` on their common tasks, with the interval
+    ``diff ± t_{df}·se`` at ``level`` (``df = G - 1`` clusters, or tasks - 1 without a key)."""
     mask, ya, yb = _pair_arrays(records, hi, lo)
     n = int(mask.sum())
+    out = {
+        "higher": records.systems[hi],
+        "lower": records.systems[lo],
+        "rank_higher": ranks[hi],
+        "rank_lower": ranks[lo],
+        "n_tasks": n,
+    }
     if n == 0:
-        return (records.systems[hi], records.systems[lo], ranks[hi], ranks[lo], 0, math.nan, math.nan, "none", math.nan)
+        return {**out, "diff": math.nan, "se": math.nan, "test": "none", "p_value": math.nan}
     d = ya - yb
     binary = _binary_single(records, hi, mask) and _binary_single(records, lo, mask)
-    test, se, p, _ = _paired_test(d, None if labels is None else labels[mask], binary)
-    return (records.systems[hi], records.systems[lo], ranks[hi], ranks[lo], n, float(d.mean()), se, test, p)
+    task_labels = None if labels is None else labels[mask]
+    test, se, p, _ = _paired_test(d, task_labels, binary)
+    m = float(d.mean())
+    df = (np.unique(task_labels).size if task_labels is not None else n) - 1
+    low = high = math.nan
+    if df >= 1 and math.isfinite(se):
+        low, high = t_interval(m, se, df, level)
+    method = "paired_t_clustered" if labels is not None else "paired_t"
+    return {**out, "diff": m, "se": se, "test": test, "p_value": p, "ci_low": low, "ci_high": high, "ci_method": method}
 
 
-def _comparisons(raw: list[tuple], correction: str, alpha: float) -> tuple[Comparison, ...]:
-    adj = adjust_pvalues([r[-1] for r in raw], correction)
+def _comparisons(raw: list[dict], correction: str, alpha: float) -> tuple[Comparison, ...]:
+    adj = adjust_pvalues([r["p_value"] for r in raw], correction)
     return tuple(
-        Comparison(*r, p_adjusted=float(q), distinguishable=bool(q <= alpha)) for r, q in zip(raw, adj, strict=True)
+        Comparison(**r, p_adjusted=float(q), distinguishable=bool(q <= alpha)) for r, q in zip(raw, adj, strict=True)
     )
 
 
@@ -177,26 +226,96 @@ def leader_tie_groups(ranked: Sequence[str], matrix: Sequence[Comparison]) -> tu
     return tuple(out)
 
 
+def clique_tie_groups(ranked: Sequence[str], tied: np.ndarray, blocks: Sequence[range]) -> tuple[TieGroup, ...]:
+    """Runs of ranks in which every two members are tied (``tied`` in rank order).
+
+    Built from the top over ``blocks`` (runs of equal scores, never split): a block joins
+    the current group when each of its systems is tied with each member; otherwise the group
+    closes. No group then holds two systems that differ (SPEC §8.1).
+    """
+    out = []
+    current: list[int] = []
+    for block in blocks:
+        members = list(block)
+        if current and not tied[np.ix_(current, members)].all():
+            out.append(current)
+            current = []
+        current += members
+    if current:
+        out.append(current)
+    return tuple(
+        TieGroup(g[0] + 1, g[-1] + 1, tuple(ranked[g[0] : g[-1] + 1]), _describe(g[0] + 1, g[-1] + 1)) for g in out
+    )
+
+
+def unequal_task_sets(records: Records, order: Sequence[int]) -> UnequalTaskSets | None:
+    """``None`` when every system ran the same tasks; else the smallest pairwise overlap."""
+    obs = records.observed[list(order)].astype(np.int64)
+    if obs.shape[0] < 2 or (obs == obs[:1]).all():
+        return None
+    common = obs @ obs.T
+    np.fill_diagonal(common, np.iinfo(np.int64).max)
+    i, j = np.unravel_index(int(np.argmin(common)), common.shape)
+    i, j = sorted((int(i), int(j)))
+    counts = obs.sum(axis=1)
+    a, b = records.systems[order[i]], records.systems[order[j]]
+    n = int(common[i, j])
+    return UnequalTaskSets(
+        code="unequal_task_sets",
+        message=(
+            f"Systems ran different task sets ({int(counts.min())} to {int(counts.max())} tasks): each pair is "
+            f"compared on the tasks both ran (as few as {n}, for {a} and {b}), and the ranking uses each "
+            "system's mean over its own tasks, so ranks are not on a common footing."
+        ),
+        smallest_overlap=n,
+        pair=(a, b),
+        min_tasks=int(counts.min()),
+        max_tasks=int(counts.max()),
+    )
+
+
+RANK_DEFINITION = (
+    "rank_low = 1 + the number of systems significantly better, rank_high = S - the number significantly "
+    "worse, from the family of all S(S-1)/2 paired tests with the chosen correction; with holm the "
+    "intervals hold simultaneously at the chosen level (with bh or none they do not)."
+)
+
+
+def _score_blocks(means: Sequence[float]) -> list[range]:
+    """Runs of equal scores (to 12 decimals) in rank order."""
+    blocks: list[range] = []
+    start = 0
+    for k in range(1, len(means) + 1):
+        if k == len(means) or round(means[k], 12) != round(means[start], 12):
+            blocks.append(range(start, k))
+            start = k
+    return blocks
+
+
 def leaderboard(
     records: Records,
     level: float = 0.95,
     cluster: str | Sequence[str] | None = None,
     correction: str = "holm",
     matrix: bool = False,
-    ties: str = "leader",
+    ties: str = "cliques",
 ) -> Leaderboard:
-    """Systems ranked by mean score with intervals, which leads are real, and tie groups.
+    """Systems ranked by mean score with intervals, which leads are real, rank intervals,
+    letters and tie groups (SPEC §8, §8.1).
 
-    Ranking: mean score over each system's tasks, descending (ties by name). Every
-    adjacent pair (rank ``i`` vs ``i + 1``) is compared on the tasks both ran with the
-    paired test of :func:`_paired_test` (exact McNemar for single-trial 0/1 outcomes
-    without a cluster key; a paired t-test with CR1 cluster-robust errors otherwise).
-    Adjacent p-values are adjusted together (``holm`` | ``bh`` | ``none``); a lead is
-    ``distinguishable`` iff its adjusted p-value is at most ``1 - level``. With ``matrix``
-    every pair is compared and adjusted as one family of ``S(S-1)/2`` tests. Tie groups by
-    ``ties``: ``adjacent`` (runs of non-significant adjacent leads) or ``leader`` (from the
-    matrix: ranks not distinguishable from the group's top); see :data:`TIE_DEFINITIONS`.
-    Means equal to 12 decimals count as equal, and are ranked by name.
+    Ranking: mean score over each system's tasks, descending (ties by name). Every pair is
+    compared on the tasks both ran with the paired test of :func:`_paired_test` (exact
+    McNemar for single-trial 0/1 outcomes without a cluster key; a paired t-test with CR1
+    cluster-robust errors otherwise), and all ``S(S-1)/2`` p-values are adjusted as one
+    family (``holm`` | ``bh`` | ``none``); a pair is distinguishable iff its adjusted p-value
+    is at most ``a = 1 - level``. From that family: the rank interval of each row
+    (:func:`~service.engine.letters.rank_bounds`, "better" = distinguishable with a positive
+    mean paired difference on the common tasks), its letters
+    (:func:`~service.engine.letters.compact_letters`; equal scores are never separated) and,
+    with ``ties = "cliques"``, the tie groups (:func:`clique_tie_groups`). ``adjacent`` keeps
+    the leads of rank ``i`` over ``i + 1`` as their own family of ``S - 1`` tests (and the
+    ``adjacent`` / ``leader`` tie rules of earlier versions read them), each with a paired
+    interval at ``level``. ``matrix`` says whether the full family is returned (always with ``leader``).
     """
     level = _level(level)
     if correction not in CORRECTIONS:
@@ -208,33 +327,50 @@ def leaderboard(
     order = sorted(range(records.n_systems), key=lambda s: (-round(all_stats[s].mean, 12), records.systems[s]))
     ranks = {s: r + 1 for r, s in enumerate(order)}
     alpha = 1.0 - level
-    adjacent = _comparisons(
-        [_compare(records, order[i], order[i + 1], ranks, labels) for i in range(len(order) - 1)],
-        correction,
-        alpha,
-    )
-    full = None
-    if matrix or ties == "leader":
-        full = _comparisons(
-            [
-                _compare(records, order[i], order[j], ranks, labels)
-                for i in range(len(order))
-                for j in range(i + 1, len(order))
-            ],
-            correction,
-            alpha,
-        )
+    n = len(order)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    raw = {(i, j): _compare(records, order[i], order[j], ranks, labels, level) for i, j in pairs}
+    full = _comparisons([raw[ij] for ij in pairs], correction, alpha)
+    adjacent = _comparisons([raw[(i, i + 1)] for i in range(n - 1)], correction, alpha)
+    better = np.zeros((n, n), dtype=bool)
+    for (i, j), c in zip(pairs, full, strict=True):
+        if c.distinguishable and c.diff != 0:
+            better[(i, j) if c.diff > 0 else (j, i)] = True
+    low, high = rank_bounds(better)
+    means = [all_stats[s].mean for s in order]
+    blocks = _score_blocks(means)
+    separated = better | better.T
+    for b in blocks:
+        separated[b.start : b.stop, b.start : b.stop] = False
+    letters: tuple[tuple[str, ...], ...] | None
+    note = None
+    try:
+        letters = compact_letters(separated)
+    except TooManyLetters as exc:
+        letters, note = None, f"letters not shown: {exc}"
     ranked_names = [records.systems[s] for s in order]
+    if ties == "cliques":
+        groups = clique_tie_groups(ranked_names, ~separated, blocks)
+    elif ties == "adjacent":
+        groups = tie_groups(ranked_names, adjacent)
+    else:
+        groups = leader_tie_groups(ranked_names, full)
     key = None if labels is None else ",".join(parse_group_key(cluster))
     return Leaderboard(
         level=level,
         cluster=key,
         correction=correction,
         n_clusters=None if labels is None else int(np.unique(labels).size),
-        rows=tuple(LeaderboardRow(ranks[s], all_stats[s]) for s in order),
+        rows=tuple(
+            LeaderboardRow(k + 1, all_stats[s], int(low[k]), int(high[k]), None if letters is None else letters[k])
+            for k, s in enumerate(order)
+        ),
         adjacent=adjacent,
-        matrix=full,
+        matrix=full if matrix or ties == "leader" else None,
         ties=ties,
-        tie_groups=tie_groups(ranked_names, adjacent) if ties == "adjacent" else leader_tie_groups(ranked_names, full),
+        tie_groups=groups,
         definition=TIE_DEFINITIONS[ties],
+        unequal_task_sets=unequal_task_sets(records, order),
+        rank_definition=RANK_DEFINITION,
+        letters_note=note,
     )

@@ -354,13 +354,27 @@ def _leaderboard_rows(board: Any) -> dict[str, Any]:
         for rank in range(g.first_rank, g.last_rank + 1):
             group_of[rank] = (gi, g)
     lead = {c.rank_higher: c for c in board.adjacent}
+    n = max(len(board.rows), 1)
+
+    def at_rank(r: float) -> float:  # rank r's centre on a 0–100 scale of n equal slots
+        return round(100 * (r - 0.5) / n, 2)
+
+    kmax = max((len(r.stats.pass_k) for r in board.rows), default=1)
     rows = []
     for r in board.rows:
         s = r.stats
         gi, g = group_of.get(r.rank, (None, None))
+        c = lead.get(r.rank)
+        last = s.pass_k[-1] if kmax > 1 and len(s.pass_k) == kmax else None
         rows.append({
-            "rank": r.rank, "s": s, "lead": lead.get(r.rank),
+            "rank": r.rank, "s": s, "lead": c,
+            "lead_text": None if c is None else view.signed(c.diff, 3),
+            "lead_ci": None if c is None else f"[{view.signed(c.ci_low, 3)}, {view.signed(c.ci_high, 3)}]",
             "group_index": gi, "group": g, "group_start": g is not None and g.first_rank == r.rank,
             "x_low": x(s.interval.low), "x_high": x(s.interval.high), "x_mean": x(s.mean),
+            "rank_low": r.rank_low, "rank_high": r.rank_high,
+            "r_low": at_rank(r.rank_low), "r_high": at_rank(r.rank_high), "r_at": at_rank(r.rank),
+            "letters": "".join(r.letters) if r.letters is not None else "–",
+            "pass_k": last,
         })
-    return {"rows": rows, "axis": (lo, hi)}
+    return {"rows": rows, "axis": (lo, hi), "kmax": kmax}

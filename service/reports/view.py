@@ -55,6 +55,15 @@ def fmt_pp(x: float | None) -> str:
     return f"{x * 100:+.2f} pp"
 
 
+def signed(x: float | None, digits: int = 3) -> str:
+    """A signed difference rounded to ``digits``; a value that rounds to zero shows as
+    ``0.000``, never ``-0.000`` (a float mean of ties can be ``-1e-17``)."""
+    if x is None or x != x:
+        return "–"
+    v = round(x, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return f"{v:.{digits}f}" if v == 0 else f"{v:+.{digits}f}"
+
+
 def policy_name(conf: dict[str, Any]) -> str:
     return str(conf["policy"]["name"])
 

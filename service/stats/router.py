@@ -120,7 +120,7 @@ def power(body: S.PowerCreate) -> S.PowerRead:
 
 @router.get("/v1/datasets/{dataset_id}/leaderboard", response_model=S.LeaderboardRead,
             responses=responses(NotFound, Unprocessable),
-            summary="Systems ranked with intervals; which leads are distinguishable; tie groups")
+            summary="Systems ranked with intervals, rank intervals and letters; which leads are distinguishable")
 def get_leaderboard(
     dataset_id: uuid.UUID,
     session: SessionDep,
@@ -128,7 +128,7 @@ def get_leaderboard(
     cluster: Annotated[str | None, Query(description="Metadata column(s) to cluster by, e.g. 'group'")] = None,
     correction: Literal["holm", "bh", "none"] = "holm",
     matrix: bool = False,
-    ties: Literal["adjacent", "leader"] = "leader",
+    ties: Literal["cliques", "adjacent", "leader"] = "cliques",
 ):
     records = datasets.load_records(session, dataset_id)
     try:

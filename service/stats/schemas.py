@@ -212,6 +212,11 @@ class SystemStatsRead(BaseModel):
 class LeaderboardRowRead(BaseModel):
     rank: int
     stats: SystemStatsRead
+    rank_low: int = Field(description="1 + systems significantly better (corrected pairwise family).")
+    rank_high: int = Field(description="S - systems significantly worse; with holm the intervals are simultaneous.")
+    letters: list[str] | None = Field(
+        description="Compact letters: two systems share one iff not significantly different (equal scores always do)."
+    )
 
 
 class ComparisonRead(BaseModel):
@@ -226,6 +231,9 @@ class ComparisonRead(BaseModel):
     p_value: float | None
     p_adjusted: float | None
     distinguishable: bool
+    ci_low: float | None = Field(description="Paired interval for diff at the chosen level (not corrected).")
+    ci_high: float | None
+    ci_method: str
 
 
 class TieGroupRead(BaseModel):
@@ -233,6 +241,15 @@ class TieGroupRead(BaseModel):
     last_rank: int
     systems: list[str]
     description: str
+
+
+class UnequalTaskSetsRead(BaseModel):
+    code: Literal["unequal_task_sets"]
+    message: str
+    smallest_overlap: int
+    pair: list[str]
+    min_tasks: int
+    max_tasks: int
 
 
 class LeaderboardRead(BaseModel):
@@ -243,9 +260,14 @@ class LeaderboardRead(BaseModel):
     rows: list[LeaderboardRowRead]
     adjacent: list[ComparisonRead]
     matrix: list[ComparisonRead] | None
-    ties: Literal["adjacent", "leader"]
+    ties: Literal["cliques", "adjacent", "leader"]
     tie_groups: list[TieGroupRead]
     definition: str
+    unequal_task_sets: UnequalTaskSetsRead | None = Field(
+        description="Present when systems ran different tasks: the smallest pairwise overlap and its pair."
+    )
+    rank_definition: str
+    letters_note: str | None
 
 
 class PairRead(BaseModel):

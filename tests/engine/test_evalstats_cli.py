@@ -65,3 +65,22 @@ def test_stats_pair_is_seeded(records, capsys):
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out) == first
     assert first["bootstrap"]["low"] < first["diff"] < first["bootstrap"]["high"]
+
+
+def test_leaderboard_table_shows_rank_intervals_letters_and_unequal_task_sets(tmp_path, capsys):
+    path = tmp_path / "u.csv"
+    rows = ["system,task_id,outcome"]
+    rows += (
+        [f"a,t{t},1" for t in range(30)] + [f"b,t{t},{t % 2}" for t in range(10, 40)] + [f"c,t{t},0" for t in range(40)]
+    )
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["leaderboard", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning (unequal_task_sets)" in out and "as few as 20, for a and b" in out
+    assert "(on 20 common tasks)" in out and "Rank intervals:" in out
+    assert main(["leaderboard", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unequal_task_sets"]["smallest_overlap"] == 20 and doc["ties"] == "cliques"
+    # every pair differs (McNemar 10-0, 30-0, 15-0 on the common tasks), so each rank is pinned
+    assert [(r["rank_low"], r["rank_high"]) for r in doc["rows"]] == [(1, 1), (2, 2), (3, 3)]
+    assert [r["letters"] for r in doc["rows"]] == [["a"], ["b"], ["c"]]

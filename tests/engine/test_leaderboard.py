@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import itertools
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
 
+from service.engine import evalstats as E
 from service.engine import leaderboard as L
 from service.engine.evalstats import StatsInputError
-from service.engine.records import from_rows, load_records
+from service.engine.letters import compact_letters, letter_name
+from service.engine.records import from_rows, group_labels, load_records
 from tests.conftest import shared_dataset
 
 # --------------------------------------------------------------------------- leaderboard
@@ -112,3 +118,199 @@ def test_terminal_bench_leaderboard_with_repeated_trials():
     _check_leader_groups(L.leaderboard(rec, cluster="group", ties="leader"))
     assert all(c.test == "paired_t_clustered" for c in lb.adjacent)
     assert all(r.stats.clopper_pearson is None for r in lb.rows)  # repeated trials
+
+
+# --------------------------------------------------------------------------- rank intervals, letters, tie groups (§8.1)
+
+
+def _read_binary_board(path):
+    """System -> {task: outcome} straight from the CSV (single-trial 0/1 records)."""
+    board: dict[str, dict[str, int]] = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            board.setdefault(row["system"], {})[row["task_id"]] = int(float(row["outcome"]))
+    return board
+
+
+def _holm_rejections(pvalues: dict, alpha: float) -> set:
+    """Holm's step-down procedure written out: reject in ascending order while p <= alpha/(m - k)."""
+    ordered = sorted(pvalues.items(), key=lambda kv: kv[1])
+    m = len(ordered)
+    rejected = set()
+    for k, (pair, p) in enumerate(ordered):
+        if p > alpha / (m - k):
+            break
+        rejected.add(pair)
+    return rejected
+
+
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_swebench_lite_rank_intervals_against_holm_corrected_exact_mcnemar(level):
+    path = shared_dataset("swebench_lite")
+    board = _read_binary_board(path)
+    names = sorted(board)
+    means = {s: sum(board[s].values()) / len(board[s]) for s in names}
+    pvalues, sign = {}, {}
+    for a, b in itertools.combinations(names, 2):
+        common = board[a].keys() & board[b].keys()
+        n_plus = sum(board[a][t] > board[b][t] for t in common)
+        n_minus = sum(board[a][t] < board[b][t] for t in common)
+        n = n_plus + n_minus
+        pvalues[(a, b)] = stats.binomtest(n_plus, n, 0.5).pvalue if n else 1.0
+        sign[(a, b)] = n_plus - n_minus
+    rejected = _holm_rejections(pvalues, 1 - level)
+    better = {s: 0 for s in names}  # systems significantly better than s
+    worse = {s: 0 for s in names}  # systems significantly worse than s
+    for a, b in rejected:
+        hi, lo = (a, b) if sign[(a, b)] > 0 else (b, a)
+        better[lo] += 1
+        worse[hi] += 1
+    lb = L.leaderboard(load_records(str(path)), level=level, matrix=True)
+    assert len(rejected) == sum(c.distinguishable for c in lb.matrix) > 0
+    S = len(names)
+    for row in lb.rows:
+        s = row.stats.system
+        assert (row.rank_low, row.rank_high) == (1 + better[s], S - worse[s]), s
+        assert row.rank_low <= row.rank <= row.rank_high
+        assert row.stats.mean == pytest.approx(means[s])
+
+
+def _check_letters(lb):
+    """Two systems share a letter iff the corrected matrix does not separate them (or they score
+    the same); every system has a letter; the best system's first letter is 'a'."""
+    rows = {r.rank: r for r in lb.rows}
+    assert all(r.letters for r in lb.rows) and lb.rows[0].letters[0] == "a"
+    for c in lb.matrix:
+        a, b = rows[c.rank_higher], rows[c.rank_lower]
+        share = bool(set(a.letters) & set(b.letters))
+        equal = round(a.stats.mean, 12) == round(b.stats.mean, 12)
+        assert share == (equal or not c.distinguishable), (c.higher, c.lower)
+
+
+def _check_clique_groups(lb):
+    """§8.1: no group joins two systems that differ; equal scores never split; a group closes only
+    when the next system differs from one of its members."""
+    rows = {r.rank: r for r in lb.rows}
+    distinct = {(c.rank_higher, c.rank_lower): c.distinguishable for c in lb.matrix}
+    names = [r.stats.system for r in lb.rows]
+    assert [s for g in lb.tie_groups for s in g.systems] == names
+    for g in lb.tie_groups:
+        ranks = range(g.first_rank, g.last_rank + 1)
+        for i, j in itertools.combinations(ranks, 2):
+            equal = round(rows[i].stats.mean, 12) == round(rows[j].stats.mean, 12)
+            assert equal or not distinct[(i, j)]
+    for g, nxt in itertools.pairwise(lb.tie_groups):
+        assert round(rows[g.last_rank].stats.mean, 12) != round(rows[nxt.first_rank].stats.mean, 12)
+        block = [
+            r for r in range(nxt.first_rank, nxt.last_rank + 1) if rows[r].stats.mean == rows[nxt.first_rank].stats.mean
+        ]
+        assert any(distinct[(i, j)] for i in range(g.first_rank, g.last_rank + 1) for j in block)
+
+
+@pytest.mark.parametrize(
+    ("name", "cluster"),
+    [("swebench_lite", None), ("swebench_lite", "group"), ("terminal_bench_core_0.1.1", "group"), ("tau2_bench", None)],
+)
+def test_letters_and_tie_groups_match_the_matrix_pair_by_pair(name, cluster):
+    lb = L.leaderboard(load_records(str(shared_dataset(name))), cluster=cluster, matrix=True)
+    _check_letters(lb)
+    _check_clique_groups(lb)
+    assert lb.ties == "cliques" and lb.letters_note is None
+
+
+def test_swebench_lite_equal_scores_share_a_group_and_a_letter():
+    lb = L.leaderboard(load_records(str(shared_dataset("swebench_lite"))), matrix=True)
+    by_rank = {r.rank: r for r in lb.rows}
+    assert by_rank[27].stats.mean == by_rank[28].stats.mean  # the issue's example: 0.237 and 0.237
+    group = next(g for g in lb.tie_groups if g.first_rank <= 27 <= g.last_rank)
+    assert group.last_rank >= 28
+    assert set(by_rank[27].letters) & set(by_rank[28].letters)
+
+
+def _brute_force_sharing(separated):
+    n = separated.shape[0]
+    letters = compact_letters(separated)
+    for i, j in itertools.combinations(range(n), 2):
+        assert bool(set(letters[i]) & set(letters[j])) == (not separated[i, j])
+    assert all(letters)
+    return letters
+
+
+def test_compact_letters_exact_on_random_significance_patterns():
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 12))
+        if trial % 2:  # leaderboard-like: separation grows with the rank distance
+            pos = np.sort(rng.normal(size=n))
+            sep = np.abs(pos[:, None] - pos[None, :]) > rng.uniform(0.2, 1.5)
+        else:
+            sep = rng.random((n, n)) < rng.uniform(0, 1)
+            sep = np.triu(sep, 1)
+            sep = sep | sep.T
+        _brute_force_sharing(sep)
+
+
+def test_compact_letters_worked_example_and_sweep():
+    # a chain a-b-c-d where only neighbours are tied: letters ab, bc, cd
+    sep = np.ones((4, 4), dtype=bool)
+    for i in range(3):
+        sep[i, i + 1] = sep[i + 1, i] = False
+    np.fill_diagonal(sep, False)
+    assert compact_letters(sep) == (("a",), ("a", "b"), ("b", "c"), ("c",))
+    assert compact_letters(np.zeros((3, 3), dtype=bool)) == (("a",), ("a",), ("a",))
+    assert letter_name(0) == "a" and letter_name(26) == "A" and letter_name(52) == "a2"
+
+
+def test_rank_intervals_cover_the_true_ranks_simultaneously():
+    """Seeded simulation: 8 systems 0.3 pp apart on shared tasks (a near-null board, where wrong
+    directions are likeliest). Holm intervals must hold every true rank at once in >= 95 % of
+    boards (minus 3 simulation standard errors); uncorrected intervals fall below 95 %, which is
+    what this test would see if the correction were dropped."""
+    rng = np.random.default_rng(20)
+    p = 0.5 + 0.003 * np.arange(8)[::-1]
+    true_rank = {f"s{i}": i + 1 for i in range(len(p))}
+    n_tasks, reps = 200, 100
+    hit = {"holm": 0, "none": 0}
+    for _ in range(reps):
+        ease = rng.normal(size=n_tasks)  # tasks share difficulty: outcomes are correlated across systems
+        logit = np.log(p / (1 - p))[:, None] + 1.5 * ease[None, :]
+        y = (rng.random((len(p), n_tasks)) < 1 / (1 + np.exp(-logit))).astype(int)
+        rows = [
+            {"system": f"s{s}", "task_id": f"t{t}", "outcome": int(y[s, t])}
+            for s in range(len(p))
+            for t in range(n_tasks)
+        ]
+        rec = from_rows(rows)
+        for corr in hit:
+            lb = L.leaderboard(rec, correction=corr)
+            hit[corr] += all(r.rank_low <= true_rank[r.stats.system] <= r.rank_high for r in lb.rows)
+    se = math.sqrt(0.05 * 0.95 / reps)
+    assert hit["holm"] / reps >= 0.95 - 3 * se
+    assert hit["none"] / reps < 0.95
+
+
+def test_unequal_task_sets_on_tau2_bench():
+    lb = L.leaderboard(load_records(str(shared_dataset("tau2_bench"))))
+    u = lb.unequal_task_sets
+    assert u is not None and u.code == "unequal_task_sets"
+    assert (u.min_tasks, u.max_tasks) == (50, 164)
+    rec = load_records(str(shared_dataset("tau2_bench")))
+    obs = rec.observed.astype(int)
+    common = obs @ obs.T
+    np.fill_diagonal(common, 10**9)
+    assert u.smallest_overlap == common.min() == 20
+    ia, ib = rec.systems.index(u.pair[0]), rec.systems.index(u.pair[1])
+    assert common[ia, ib] == 20 and str(u.smallest_overlap) in u.message
+    assert L.leaderboard(load_records(str(shared_dataset("swebench_lite")))).unequal_task_sets is None
+
+
+def test_adjacent_leads_carry_a_paired_interval():
+    rec = load_records(str(shared_dataset("terminal_bench_core_0.1.1")))
+    lb = L.leaderboard(rec, cluster="group", level=0.9)
+    for c in lb.adjacent:
+        ia, ib = rec.systems.index(c.higher), rec.systems.index(c.lower)
+        d = rec.y[ia] - rec.y[ib]
+        cl = E.clustered_se(d, group_labels(rec, "group")[0])
+        q = stats.t.ppf(0.95, cl.n_clusters - 1)
+        assert (c.ci_low, c.ci_high) == pytest.approx((d.mean() - q * cl.se, d.mean() + q * cl.se), rel=1e-9)
+        assert c.ci_method == "paired_t_clustered"

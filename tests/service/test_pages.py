@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.jobs import TASKS
-from service.reports import figures
+from service.reports import figures, view
 from service.reports.pages import HTML_HEADERS
 from tests.conftest import shared_dataset
 from tests.service.conftest import SMALL_SPEC, synth_csv, upload, wait_for
@@ -283,3 +283,26 @@ def test_report_page_reads_the_same_numbers_as_the_json(client: TestClient) -> N
             assert f"{b['defer_rate']:.3f}" in html
     assert json.loads(client.get(f"/v1/replays/{rid}/report").content) == report
     assert client.get(f"/v1/replays/{rid}/figures/errors.png").status_code == 200
+
+
+def test_leaderboard_page_rank_intervals_letters_pass_k_and_task_sets(client: TestClient) -> None:
+    ds = upload(client, shared_dataset("terminal_bench_core_0.1.1").read_bytes(), "tb.csv")
+    html = client.get(f"/datasets/{ds['id']}/leaderboard", params={"cluster": "group"}).text
+    board = client.get(f"/v1/datasets/{ds['id']}/leaderboard", params={"cluster": "group"}).json()
+    assert "pass@5" in html and "pass^5" in html and "-0.000" not in html
+    table = html[html.index('id="leaderboard-table"') :]
+    for row in board["rows"]:
+        assert f"{row['rank_low']}–{row['rank_high']}" in table
+        assert f'<td class="letters">{"".join(row["letters"])}</td>' in table
+        assert f"{row['stats']['pass_k'][-1]['pass_hat_k']:.3f}" in table
+    lead = board["adjacent"][0]
+    assert f"[{view.signed(lead['ci_low'])}, {view.signed(lead['ci_high'])}]" in table
+    assert "unequal-task-sets" not in html
+    tau = upload(client, shared_dataset("tau2_bench").read_bytes(), "tau2.csv")
+    tau_html = client.get(f"/datasets/{tau['id']}/leaderboard").text
+    assert 'id="unequal-task-sets"' in tau_html and "as few as 20" in tau_html and "on 20 tasks" in tau_html
+
+
+def test_signed_never_shows_negative_zero() -> None:
+    assert view.signed(-1e-17) == "0.000" and view.signed(-0.0) == "0.000"
+    assert view.signed(0.0125) == "+0.013" and view.signed(-0.25) == "-0.250" and view.signed(None) == "–"

@@ -100,3 +100,14 @@ def test_swebench_lite_leaderboard_over_http(client: TestClient) -> None:
     groups = body["tie_groups"]
     assert sum(len(g["systems"]) for g in groups) == 42 and groups[0]["first_rank"] == 1
     assert body["n_clusters"] == 12
+
+
+def test_leaderboard_says_unequal_task_sets_and_gives_rank_intervals(client: TestClient) -> None:
+    ds = upload(client, shared_dataset("tau2_bench").read_bytes(), "tau2.csv")
+    body = client.get(f"/v1/datasets/{ds['id']}/leaderboard").json()
+    u = body["unequal_task_sets"]
+    assert u["code"] == "unequal_task_sets" and u["smallest_overlap"] == 20 and len(u["pair"]) == 2
+    assert body["ties"] == "cliques"
+    for row in body["rows"]:
+        assert row["rank_low"] <= row["rank"] <= row["rank_high"] and row["letters"]
+    assert all(c["ci_low"] <= c["diff"] <= c["ci_high"] for c in body["adjacent"])
