@@ -104,7 +104,10 @@ def betting_paths(
             vv = np.asarray(v[rows, :kmax], dtype=np.float64)
             x = (vv / scale + 1.0) / 2.0
             vsum = np.cumsum(vv, axis=1)
-            cov = None if cov_ok is None else np.broadcast_to(np.asarray(cov_ok, dtype=bool)[:, :kmax], vv.shape)
+            cov = None
+            if cov_ok is not None:
+                cov_all = np.asarray(cov_ok, dtype=bool)
+                cov = np.broadcast_to(cov_all[:, :kmax] if len(cov_all) == 1 else cov_all[rows, :kmax], vv.shape)
             for j, th in enumerate(thetas.tolist()):
                 theta_x = (th + 1.0) / 2.0
                 s, c, g = _steps(x, n, theta_x)

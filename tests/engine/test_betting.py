@@ -152,3 +152,19 @@ def test_forecast_is_seeded_and_tracks_the_effect() -> None:
     assert f[0]["expected_more_tasks"] < f[1]["expected_more_tasks"] and f[0]["p10"] <= f[0]["median"] <= f[0]["p90"]
     fixed = answers.forecast("bootstrap", weak, 400, 0.0, A, 1, 400, rng, [(100, 0.01), (400, 0.04)])
     assert {fixed["p10"], fixed["median"], fixed["p90"]} <= {100 - 18, 400 - 18}
+
+
+def test_coverage_gating_per_case_across_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-case coverage masks stay with their cases when the cases are split into blocks."""
+    from service.engine import betting
+
+    rng = np.random.default_rng(4)
+    v = rng.integers(-1, 2, size=(30, 50)) + (rng.random((30, 50)) < 0.4)
+    v = np.clip(v, -1, 1)
+    cov = rng.random((30, 50)) < 0.7
+    whole = betting_paths(v, 1, 50, 0.0, A, 50, cov)
+    monkeypatch.setattr(betting, "_BLOCK", 50 * 7)  # blocks of 7 cases
+    assert all(np.array_equal(x, y) for x, y in zip(whole, betting_paths(v, 1, 50, 0.0, A, 50, cov), strict=True))
+    for c in range(30):
+        one = betting_paths(v[c : c + 1], 1, 50, 0.0, A, 50, cov[c : c + 1])
+        assert (one[0][0], one[1][0]) == (whole[0][c], whole[1][c])
