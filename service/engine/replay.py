@@ -30,6 +30,7 @@ from service import __version__
 from service.engine import rules as R
 from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
+from service.engine.lattice import bootstrap_decisions
 from service.engine.orders import (
     cost_ascending_orders,
     grouped_shuffles,
@@ -550,6 +551,11 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                 dec = R.serfling(ssum, k, n, theta, cfg.a, lat)
             elif rule == "bootstrap" and not plan.fft_bootstrap:
                 dec = _bootstrap_literal(plan, ts_id, members, values, order, c, s, theta)
+            elif rule == "bootstrap" and not set(np.unique(values).tolist()) <= {-1, 0, 1}:
+                u = None if cfg.bootstrap == "exact" else np.stack([
+                    plan._rng(s, _STREAM["bootstrap"], *plan.pairs[p], c).random((reps, n_j)) for p in members
+                ])
+                dec = bootstrap_decisions(values, summer, ssum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u, hist_cache)
             elif rule == "bootstrap":
                 p_low, pos, inv = _bootstrap_tail(values, summer, ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":

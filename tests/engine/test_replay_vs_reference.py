@@ -502,3 +502,14 @@ def test_off_lattice_fractional_outcomes_work_everywhere(kind):
             n = sum(b["cases"] for b in conf["budgets"])
             p = (eng + want) / (2 * n)
             assert abs(eng - want) <= 5 * math.sqrt(2 * n * p * (1 - p)) + 2, (conf["policy"]["name"], key, eng, want)
+
+
+def test_fractional_results_do_not_depend_on_chunking():
+    """The staged lattice bootstrap decides each case from that case alone."""
+    records = from_rows(synth(8, fraction_of=5, costs="none"))
+    spec = make_spec(policies=["coverage_bootstrap", "bootstrap"], deltas=[0, 5], budgets=BUDGETS, orders=6,
+                     bootstrap=[200, "exact"], a=[0.05, 0.2], groups=["group"], seed=2)
+    plan = plan_replay(records, spec)
+    one = build_report(plan, [run_chunk(plan, 0, plan.n_pairs)])
+    many = build_report(plan_replay(records, spec), [run_chunk(plan, i, i + 1) for i in range(plan.n_pairs)][::-1])
+    assert one == many

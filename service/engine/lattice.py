@@ -1,0 +1,450 @@
+"""The bootstrap on a lattice, fast and exact (SPEC §4.2 for multi-trial and fractional records).
+
+The resampling tail is ``τ = P(S <= c)``, ``S`` the sum of ``k`` draws with replacement from a
+case's differences (integers, lattice units) and ``c`` the largest sum with ``m* <= θ``.
+Binary records have a few thousand distinct ``(k, n+, n-)`` and so a few thousand tails; a
+case of fractional or repeated-trial records has a histogram over up to ``2L+1`` values, and a
+replay meets millions of distinct ones. The decision needs ``τ`` only against one breakpoint
+(``a`` for ``B = "exact"``; for finite ``B``, the ``p`` at which ``P(Bin(B, p) <= a·B)``
+crosses the case's uniform), so ``τ`` is bracketed in stages and refined only where the
+bracket still holds a breakpoint:
+
+1. **Bennett** (closed form from ``k``, ``Σv``, ``Σv²`` and the range of the observed
+   values): a rigorous upper bound on each tail;
+2. **exact** (``tail``): the characteristic-function sum below, to rounding (1e-15).
+
+``tail`` computes ``τ`` without an inverse transform: with ``n`` larger than the support of
+``S``, ``ω_j = 2πj/n`` and ``φ_j = E e^{-iω_j V}``, ``P(S <= c) = (c'+1)/n + (2/n)·Σ_j
+Re(φ_j^k·G_j)`` where ``G_j`` sums ``e^{iω_j s}`` over the support up to ``c``. A term with
+``|φ_j|^k <= EPS_TERM`` is dropped (``|G_j|·2/n <= 1/j``, so all of them move ``τ`` by at most
+``EPS_TERM·(ln n + 1)``), and ``φ^k`` is computed only up to the last term that matters.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from service.engine import rules as R
+
+EPS_TERM = 1e-17
+"""Largest ``|φ_j|^k`` of a frequency term left out of an exact tail."""
+
+SLACK = 1e-9
+"""Relative and absolute widening of every bound: covers rounding in the bounds and in
+``tail`` (whose error is below 1e-13). Decisions break at ``a + 1e-12`` or at a uniform,
+never within 1e-9 of 0 or 1, so exact 0/1 at the edges of the support need no widening."""
+
+_BLOCK = 1 << 16
+"""Elements (rows × frequencies) per working array of the power, so that it runs in cache."""
+
+
+# ----------------------------------------------------------------------------- exact tail
+
+
+@lru_cache(maxsize=256)
+def _tables(values: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cos`` and ``-sin`` of ``ω_j·v`` for ``j = 1 .. (n-1)//2`` and each value: ``[V, m]``
+    (``p @ cos + i·(p @ nsin)`` is the characteristic function ``Σ p·e^{-iω_j v}``)."""
+    j = np.arange(1, (n - 1) // 2 + 1, dtype=np.int64)
+    phase = np.outer(np.asarray(values, dtype=np.int64), j) % n  # exact reduction first
+    ang = phase.astype(np.float64) * (2.0 * math.pi / n)
+    cos, nsin = np.cos(ang), -np.sin(ang)
+    cos.flags.writeable = False
+    nsin.flags.writeable = False
+    return cos, nsin
+
+
+def _window(n: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Real and imaginary parts of ``G_j = Σ_{s=lo}^{hi} e^{iω_j s}``, ``j = 1 .. (n-1)//2``."""
+    j = np.arange(1, (n - 1) // 2 + 1, dtype=np.int64)
+    count = hi - lo + 1
+    amp = np.sin(((j * count) % (2 * n)).astype(np.float64) * (math.pi / n)) / np.sin(j * (math.pi / n))
+    mid = ((j * (lo + hi)) % (2 * n)).astype(np.float64) * (math.pi / n)  # ω_j·(lo+hi)/2
+    return amp * np.cos(mid), amp * np.sin(mid)
+
+
+def _fourier_cdf(
+    pmf: np.ndarray, values: tuple[int, ...], k: int, lo: int, c: int, n: int, eps: float = EPS_TERM
+) -> np.ndarray:
+    """``Σ_{s=lo}^{c} P(S ≡ s mod n)`` for rows of ``pmf [r, V]`` (``k`` draws), leaving out
+    terms with ``|φ_j|^k <= eps`` (error at most ``truncation_error(n, eps)``): the CDF at
+    ``c`` when ``lo`` is the least possible sum and ``n`` exceeds the support."""
+    m = (n - 1) // 2
+    out = np.full(len(pmf), (c - lo + 1) / n)
+    if m == 0 or not len(pmf):
+        return out
+    cos, nsin = _tables(values, n)
+    g_re, g_im = _window(n, lo, c)
+    g = np.empty(2 * m)  # interleaved (Re G, -Im G): Re(ψ·G) as one real dot with ψ's floats
+    g[0::2], g[1::2] = g_re, -g_im
+    thr = eps ** (2.0 / k)
+    rows_per = max(1, _BLOCK // m)
+    for i in range(0, len(pmf), rows_per):
+        p = pmf[i : i + rows_per]
+        re = p @ cos
+        im = p @ nsin
+        mag = re * re
+        mag += im * im
+        hit = (mag > thr).any(axis=0)  # frequencies that matter for some row of the block
+        top = m - int(np.argmax(hit[::-1])) if hit.any() else 0
+        if not top:
+            continue
+        z = np.empty((len(p), top), dtype=np.complex128)
+        z.real = re[:, :top]
+        z.imag = im[:, :top]
+        z **= k  # numpy: repeated squaring for an integer power
+        out[i : i + len(p)] += (2.0 / n) * (z.view(np.float64) @ g[: 2 * top])
+    return out
+
+
+def truncation_error(n: int, eps: float) -> float:
+    """Bound on the terms ``_fourier_cdf`` leaves out: ``Σ_{j<=m} eps·(2/n)·|G_j| <= eps·Σ 1/j``."""
+    return eps * (math.log(max(1, (n - 1) // 2)) + 1.0)
+
+
+def tail(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Exact ``P(Σ_{i<=k} V_i <= c)`` for ``k = Σ hist`` draws from ``hist/k`` over integer
+    ``values`` (ascending), per row: ``rules.tail_lattice``'s numbers (to 1e-13), faster."""
+    hist = np.asarray(hist, dtype=np.float64)
+    values = np.asarray(values, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    k = hist.sum(axis=1).astype(np.int64)
+    vmin = int(values.min())
+    span = int(values.max()) - vmin
+    vt = tuple(int(v) for v in values)
+    out = R.lattice_screen(hist, values, c)
+    todo = np.isnan(out)
+    out[todo & (c < vmin * k)] = 0.0
+    out[todo & (c >= (vmin + span) * k)] = 1.0
+    todo = np.isnan(out)
+    order = np.lexsort((c, k))
+    order = order[todo[order]]
+    if len(order):
+        key_k, key_c = k[order], c[order]
+        edges = np.flatnonzero(np.r_[True, (key_k[1:] != key_k[:-1]) | (key_c[1:] != key_c[:-1]), True])
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            rows = order[a:b]
+            kk, cc = int(key_k[a]), int(key_c[a])
+            if kk == 0:
+                out[rows] = 1.0
+                continue
+            n = span * kk + 1
+            n += 1 - n % 2  # odd: no Nyquist term
+            out[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, vmin * kk, cc, n)
+    return np.clip(out, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- bounds
+
+
+def _bennett(t: np.ndarray, var_sum: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bennett's bound on ``P(S - E S >= t)`` for ``t > 0``: summands at most ``b`` above their
+    mean, total variance ``var_sum`` (1 where it says nothing)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        u = b * t / var_sum
+        h = (1.0 + u) * np.log1p(u) - u
+        bound = np.exp(-(var_sum / (b * b)) * h)
+    return np.where((t > 0) & (var_sum > 0) & (b > 0), np.nan_to_num(bound, nan=1.0), 1.0)
+
+
+def bennett_bracket(
+    k: np.ndarray, s: np.ndarray, q: np.ndarray, vlo: np.ndarray, vhi: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rigorous ``lo <= P(S <= c) <= hi`` from ``k``, ``s = Σv``, ``q = Σv²`` of the observed
+    values (lattice units, exact integers) and their least and largest value ``vlo, vhi``.
+
+    The resample has ``E S = s`` and variance ``(k·q - s²)/k`` (computed in integers); each
+    draw lies in ``[vlo, vhi]``. Below the mean, Bennett bounds ``τ`` from above; above it,
+    ``1 - τ``; outside ``[k·vlo, k·vhi]`` the tail is exactly 0 or 1.
+    """
+    k = np.asarray(k, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    kq_ss = np.maximum(k * np.asarray(q, dtype=np.float64) - s * s, 0.0)  # exact below 2**53
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var_sum = kq_ss / np.maximum(k, 1.0) * (1.0 + 1e-12)
+        mean = s / np.maximum(k, 1.0)
+    hi = _bennett(s - c, var_sum, (mean - vlo) * (1.0 + 1e-12))  # P(S <= c) = P(s - S >= s - c)
+    lo = 1.0 - _bennett(c + 1.0 - s, var_sum, (vhi - mean) * (1.0 + 1e-12))  # P(S >= c+1)
+    hi = np.minimum(1.0, hi * (1.0 + SLACK) + SLACK)
+    lo = np.maximum(0.0, lo * (1.0 - SLACK) - SLACK)
+    below = c < k * vlo
+    above = c >= k * vhi
+    lo = np.where(below, 0.0, np.where(above, 1.0, lo))
+    hi = np.where(below, 0.0, np.where(above, 1.0, hi))
+    return lo, hi
+
+
+EPS_ALIAS = 1e-4
+"""Target mass of ``S`` outside the window of an approximate tail (bounded by Bennett)."""
+
+EPS_APPROX = 1e-5
+"""Largest ``|φ_j|^k`` of a term left out of an approximate tail."""
+
+
+def _bernstein_reach(var_sum: np.ndarray, b: np.ndarray, log_inv: float) -> np.ndarray:
+    """Distance beyond which Bernstein (weaker than Bennett) puts less than ``e^-log_inv``."""
+    lb = b * log_inv / 3.0
+    return lb + np.sqrt(lb * lb + 2.0 * var_sum * log_inv)
+
+
+def approx_bracket(
+    hist: np.ndarray,
+    values: np.ndarray,
+    c: np.ndarray,
+    k: np.ndarray,
+    s: np.ndarray,
+    q: np.ndarray,
+    vlo: np.ndarray,
+    vhi: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rigorous ``lo <= P(S <= c) <= hi`` from a short characteristic-function sum.
+
+    With ``n`` below the support of ``S``, the sum over a window ``[c-A, c+A]`` (``n = 2A+1``)
+    gives the law of ``S mod n``: it exceeds ``P(c-A <= S <= c)`` by at most the mass above
+    the window and misses the mass below it, so ``τ`` lies in ``[val - e_hi, val + e_lo]``
+    with ``e_lo, e_hi`` Bennett's bounds on those masses. Rows are grouped by ``(k, c)`` and by
+    the window they need (a power of two), and terms with ``|φ_j|^k <= EPS_APPROX`` are left out.
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    values = np.asarray(values, dtype=np.int64)
+    vt = tuple(int(v) for v in values)
+    span = int(values.max() - values.min())
+    kf = k.astype(np.float64)
+    var_sum = np.maximum(kf * q - s * s, 0.0) / np.maximum(kf, 1.0) * (1.0 + 1e-12)
+    mean = s / np.maximum(kf, 1.0)
+    b_lo = (mean - vlo) * (1.0 + 1e-12)
+    b_hi = (vhi - mean) * (1.0 + 1e-12)
+    log_inv = math.log(1.0 / EPS_ALIAS)
+    need = np.maximum(
+        c - s + _bernstein_reach(var_sum, b_lo, log_inv), s - c + _bernstein_reach(var_sum, b_hi, log_inv)
+    )
+    half = 2 ** np.ceil(np.log2(np.maximum(need, 1.0))).astype(np.int64)
+    exact_n = span * k + 1
+    use_exact = 2 * half + 1 >= exact_n
+    half = np.where(use_exact, 0, half)
+    lo = np.empty(len(hist))
+    hi = np.empty(len(hist))
+    order = np.lexsort((var_sum, half, c, k))  # similar rows together: similar decay of |φ|
+    key = np.stack([k[order], c[order], half[order]])
+    edges = np.flatnonzero(np.r_[True, np.any(key[:, 1:] != key[:, :-1], axis=0), True])
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        rows = order[a:b]
+        kk, cc, hh = int(key[0, a]), int(key[1, a]), int(key[2, a])
+        pmf = hist[rows] / kk
+        if hh == 0:  # the whole support fits: no aliasing
+            n = span * kk + 1
+            n += 1 - n % 2
+            low = int(values.min()) * kk
+            if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
+                val = np.full(len(rows), 0.0 if cc < low else 1.0)
+            else:
+                val = _fourier_cdf(pmf, vt, kk, low, cc, n, EPS_APPROX)
+            e_lo = e_hi = np.zeros(len(rows))
+        else:
+            n = 2 * hh + 1
+            val = _fourier_cdf(pmf, vt, kk, cc - hh, cc, n, EPS_APPROX)
+            e_lo = _bennett(s[rows] - (cc - hh - 1), var_sum[rows], b_lo[rows])  # P(S <= c-A-1)
+            e_hi = _bennett((cc + hh + 1) - s[rows], var_sum[rows], b_hi[rows])  # P(S >= c+A+1)
+        err = truncation_error(n, EPS_APPROX) + 1e-12
+        lo[rows] = val - e_hi - err
+        hi[rows] = val + e_lo + err
+    lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
+    return lo, np.clip(hi * (1.0 + SLACK) + SLACK, lo, 1.0)
+
+
+BERRY_ESSEEN = 0.4748
+"""Shevtsova (2011): ``sup_x |P(S <= x) - Φ((x - kμ)/(σ√k))| <= 0.4748·ρ/(σ³√k)`` for ``k``
+iid summands with ``ρ = E|X - μ|³``."""
+
+
+def berry_esseen_bracket(
+    hist: np.ndarray, values: np.ndarray, k: np.ndarray, s: np.ndarray, q: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rigorous ``lo <= P(S <= c) <= hi`` from the normal law and the Berry–Esseen bound: it
+    decides cases near the middle of the resampling law, where Bennett says nothing."""
+    from scipy.special import ndtr
+
+    kf = np.maximum(k.astype(np.float64), 1.0)
+    mean = s / kf
+    var = np.maximum(kf * q - s * s, 0.0) / (kf * kf)
+    rho = np.zeros(len(hist))
+    for i, v in enumerate(np.asarray(values, dtype=np.float64)):
+        d = np.abs(v - mean)
+        rho += hist[:, i] * d * d * d
+    rho /= kf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = np.sqrt(var * kf)
+        err = BERRY_ESSEEN * rho / (var * np.sqrt(var) * np.sqrt(kf)) * (1.0 + 1e-9) + SLACK
+        hi = ndtr((c - s) / sd) + err
+        lo = ndtr((c + 1 - s) / sd) - err
+    ok = var > 0
+    return np.where(ok, np.maximum(lo, 0.0), 0.0), np.where(ok, np.minimum(hi, 1.0), 1.0)
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+class Tails:
+    """Brackets on the resampling tail of every case of a block, refined on demand.
+
+    ``counts [V, cases]`` (float32, exact) over ``values``; ``c`` per case. ``settle(decide)``
+    evaluates a decision (a monotone step function of ``τ``) at both ends of each bracket and
+    refines only the cases where they differ: Bennett (every case), Berry–Esseen, the short
+    sum, then the exact tail. Exact and finite-B rules at one threshold share one ``Tails``.
+    """
+
+    def __init__(self, counts: np.ndarray, values: np.ndarray, c: np.ndarray):
+        self.counts = counts
+        self.values = np.asarray(values, dtype=np.int64)
+        self.c = np.asarray(c, dtype=np.int64)
+        vals = self.values.astype(np.float64)
+        self.k = np.rint(counts.sum(axis=0, dtype=np.float64)).astype(np.int64)
+        self.s = vals @ counts
+        self.q = (vals * vals) @ counts
+        present = counts > 0
+        self.vlo = vals[np.argmax(present, axis=0)]
+        self.vhi = vals[len(vals) - 1 - np.argmax(present[::-1], axis=0)]
+        self.lo, self.hi = bennett_bracket(self.k, self.s, self.q, self.vlo, self.vhi, self.c)
+        self.stage = np.zeros(len(self.c), dtype=np.int8)
+        self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
+
+    def _rows(self, idx: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self.counts[:, idx].T, dtype=np.float64)
+
+    def settle(self, decide) -> np.ndarray:
+        """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
+        every = np.arange(len(self.lo))
+        d_lo, d_hi = decide(self.lo, every), decide(self.hi, every)
+        for stage in (1, 2, 3):
+            open_ = d_lo != d_hi
+            if not open_.any():
+                break
+            idx = np.flatnonzero(open_ & (self.stage < stage))  # a case refined for another rule skips ahead
+            if not len(idx):
+                continue
+            if stage == 3:
+                lo = hi = tail(self._rows(idx), self.values, self.c[idx])
+            else:
+                if stage == 1:
+                    lo, hi = berry_esseen_bracket(
+                        self._rows(idx), self.values, self.k[idx], self.s[idx], self.q[idx], self.c[idx]
+                    )
+                else:
+                    lo, hi = approx_bracket(
+                        self._rows(idx),
+                        self.values,
+                        self.c[idx],
+                        self.k[idx],
+                        self.s[idx],
+                        self.q[idx],
+                        self.vlo[idx],
+                        self.vhi[idx],
+                    )
+                lo, hi = np.maximum(lo, self.lo[idx]), np.minimum(hi, self.hi[idx])
+            self.lo[idx], self.hi[idx] = lo, hi
+            self.stage[idx] = stage
+            self.refined[stage] += len(idx)
+            d_lo[idx], d_hi[idx] = decide(lo, idx), decide(hi, idx)
+        return d_lo
+
+
+def _chernoff_edge(big_b: int, c: int, upper: bool, tiny: float) -> float:
+    """For ``X ~ Bin(B, p)``: the largest ``p`` with ``P(X > c) < tiny`` (``upper``) or the
+    smallest with ``P(X <= c) < tiny``, by Chernoff's ``exp(-B·KL(x/B || p))`` and bisection."""
+
+    def kl(x: float, p: float) -> float:
+        out = 0.0
+        if x > 0:
+            out += x * math.log(x / p)
+        if x < 1:
+            out += (1 - x) * math.log((1 - x) / (1 - p))
+        return out
+
+    if upper:
+        x = (c + 1) / big_b
+        if x > 1:
+            return 1.0  # X > c is impossible
+        lo, hi = 0.0, x  # bound holds for p < x
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if mid > 0 and math.exp(-big_b * kl(x, mid)) < tiny:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    x = c / big_b
+    if x < 0:
+        return 0.0  # X <= c is impossible
+    lo, hi = x, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid < 1 and math.exp(-big_b * kl(x, mid)) < tiny:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@lru_cache(maxsize=64)
+def _saturation(a: float, big_b: int) -> tuple[float, float]:
+    """``(p1, p0)`` for the finite-B rule: below ``p1`` the chance to conclude is within
+    ``2^-54`` of 1 (every uniform ``u < 1`` concludes), above ``p0`` it is below ``2^-60``
+    (every ``u > 0`` defers). ``p`` is the tail on the wrong side (``p_low`` when ``m > θ``)."""
+    c = math.floor(a * big_b + 1e-9)
+    return _chernoff_edge(big_b, c, True, 2.0**-55), _chernoff_edge(big_b, c, False, 2.0**-61)  # with margin
+
+
+def bootstrap_decisions(
+    values: np.ndarray,
+    summer,
+    ssum: np.ndarray,
+    ks: np.ndarray,
+    theta: float,
+    lattice: int,
+    a: float,
+    resamples: int | str,
+    u: np.ndarray | None,
+    cache: dict,
+) -> np.ndarray:
+    """Bootstrap decisions ``[P, R, J]`` for pairs whose differences (``values [P, N]``,
+    lattice units) are not all in {-1, 0, 1}: ``rules.bootstrap_from_tail`` (exact) or
+    ``u < rules.bootstrap_conclude_prob`` (finite ``B``, one uniform per case in ``u``) on the
+    exact tail, which is computed only where a bracket cannot decide.
+
+    ``summer`` maps per-task values to sums over each case's observed tasks. ``cache`` keeps
+    the brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
+    """
+    key = ("lattice", f"{theta!r}")
+    if key not in cache:
+        vals = np.unique(values)
+        counts = np.empty((len(vals), ssum.size), dtype=np.float32)  # [V, cases]: exact small integers
+        for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
+            counts[i] = np.rint(summer((values == v).astype(np.float32))).ravel()
+        k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
+        c = R.bootstrap_threshold(theta, k, lattice)
+        pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
+        cache[key] = (Tails(counts, vals, c), pos)
+    tails, pos = cache[key]
+    if resamples == "exact":
+
+        def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
+            return R.bootstrap_from_tail(p, pos[i], a, "exact")
+    else:
+        uf = np.asarray(u).ravel()
+        p1, p0 = _saturation(float(a), int(resamples))
+
+        def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
+            ps, ui = pos[i], uf[i]
+            wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
+            sure = wrong <= p1
+            never = (wrong >= p0) & (ui > 0)
+            q = np.where(sure, 1.0, 0.0)
+            mid = np.flatnonzero(~sure & ~never)
+            q[mid] = R.bootstrap_conclude_prob(p[mid], ps[mid], a, int(resamples))
+            return np.where(ui < q, np.where(ps, R.ACCEPT, R.REJECT), R.DEFER).astype(np.int8)
+
+    return tails.settle(decide).reshape(ssum.shape)

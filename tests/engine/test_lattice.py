@@ -1,0 +1,169 @@
+"""The lattice bootstrap kernels (service/engine/lattice.py) against direct convolution.
+
+Each bracket must contain the exact tail on every row (a bound that is off by a constant, a
+missing error term or a wrong window would fail here), the exact tail must agree with a
+k-fold ``np.convolve`` to 1e-12, and the staged decisions must equal the decisions taken on
+the exact tail of every case, for the exact rule and for finite B with the same uniforms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.engine import lattice as LT
+from service.engine import rules as R
+
+
+def direct_tail(counts: np.ndarray, values: np.ndarray, c: int) -> float:
+    """``P(S <= c)`` by ``k`` direct convolutions of the one-draw pmf."""
+    k = int(counts.sum())
+    if k == 0:
+        return 1.0
+    lo = int(values.min())
+    pmf = np.zeros(int(values.max()) - lo + 1)
+    pmf[values - lo] = counts / k
+    dist = np.array([1.0])
+    for _ in range(k):
+        dist = np.convolve(dist, pmf)
+    idx = c - lo * k
+    return float(dist[: max(0, min(len(dist), idx + 1))].sum())
+
+
+def random_rows(rng: np.random.Generator, n_rows: int, values: np.ndarray, k_max: int) -> np.ndarray:
+    """Histograms of assorted shapes: spread, concentrated on 0, two-point, one value."""
+    rows = []
+    for i in range(n_rows):
+        k = int(rng.integers(1, k_max + 1))
+        kind = i % 4
+        if kind == 0:
+            p = rng.dirichlet(np.ones(len(values)))
+        elif kind == 1:
+            p = rng.dirichlet(np.full(len(values), 0.3))
+        elif kind == 2:
+            p = np.zeros(len(values))
+            p[rng.choice(len(values), 2, replace=False)] = 0.5
+        else:
+            p = np.zeros(len(values))
+            p[rng.integers(len(values))] = 1.0
+        rows.append(rng.multinomial(k, p))
+    return np.array(rows, dtype=np.float64)
+
+
+VALUE_SETS = [
+    np.arange(-5, 6),  # differences of fifths (five trials)
+    np.array([-4, -2, 0, 2, 4]),  # an even sub-lattice: |φ| returns to 1 at ω = π
+    np.array([-7, -3, 0, 1, 6]),  # irregular gaps
+    np.arange(-12, 13),  # a wider lattice
+]
+
+
+@pytest.mark.parametrize("vi", range(len(VALUE_SETS)))
+def test_exact_tail_matches_direct_convolution(vi):
+    values = VALUE_SETS[vi]
+    rng = np.random.default_rng(vi)
+    hist = random_rows(rng, 160, values, 40)
+    k = hist.sum(axis=1)
+    mean = hist @ values / k
+    c = np.rint(k * mean + rng.normal(0, 2, len(k)) * np.sqrt(k)).astype(np.int64)  # near the middle
+    c[::7] = (k[::7] * values.min()).astype(np.int64) - 1  # below the support
+    c[3::7] = (k[3::7] * values.max()).astype(np.int64)  # at the top of the support
+    got = LT.tail(hist, values, c)
+    want = np.array([direct_tail(h, values, int(cc)) for h, cc in zip(hist, c, strict=True)])
+    assert np.abs(got - want).max() < 1e-12
+    assert np.abs(got - R.tail_lattice(hist, values, c)).max() < 1e-12
+
+
+def test_exact_tail_on_large_sums():
+    """k up to 300 (n up to 3000 frequencies): truncation and angle reduction stay exact."""
+    values = np.arange(-5, 6)
+    rng = np.random.default_rng(11)
+    hist = random_rows(rng, 40, values, 300)
+    k = hist.sum(axis=1)
+    c = np.rint(hist @ values + rng.normal(0, 1.5, len(k)) * np.sqrt(k) * 2).astype(np.int64)
+    got = LT.tail(hist, values, c)
+    want = np.array([direct_tail(h, values, int(cc)) for h, cc in zip(hist, c, strict=True)])
+    assert np.abs(got - want).max() < 1e-12
+
+
+@pytest.mark.parametrize("vi", range(len(VALUE_SETS)))
+def test_every_bracket_contains_the_exact_tail(vi):
+    values = VALUE_SETS[vi]
+    rng = np.random.default_rng(100 + vi)
+    hist = random_rows(rng, 3000, values, 120)
+    k = hist.sum(axis=1).astype(np.int64)
+    s = hist @ values
+    q = hist @ (values * values)
+    sd = np.sqrt(np.maximum(k * q - s * s, 0) / k)
+    c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1)).astype(np.int64)
+    exact = LT.tail(hist, values, c)
+    present = hist > 0
+    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
+    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    brackets = {
+        "bennett": LT.bennett_bracket(k, s, q, vlo, vhi, c),
+        "berry_esseen": LT.berry_esseen_bracket(hist, values, k, s, q, c),
+        "approx": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi),
+    }
+    for name, (lo, hi) in brackets.items():
+        assert np.all(lo <= exact + 1e-12), (name, np.max(lo - exact))  # exact: to rounding (1e-13)
+        assert np.all(exact <= hi + 1e-12), (name, np.max(exact - hi))
+    lo, hi = brackets["approx"]
+    spread = sd > 0  # (a one-value row is decided by Bennett: S is a constant)
+    assert np.quantile((hi - lo)[spread], 0.9) < 1e-3  # narrow: it decides almost everything
+
+
+def test_saturation_edges_are_safe():
+    for a, big_b in [(0.05, 200), (0.1, 50), (0.01, 1000), (0.05, 1), (0.5, 7)]:
+        p1, p0 = LT._saturation(a, big_b)
+        c = math.floor(a * big_b + 1e-9)
+        assert p1 <= p0
+        assert stats.binom.sf(c, big_b, p1) < 2.0**-54  # conclude for every u < 1
+        if p0 < 1:
+            assert stats.binom.cdf(c, big_b, p0) < 2.0**-60  # defer for every u > 0
+
+
+def _block(seed: int, values: np.ndarray, n_pairs: int = 6, n_tasks: int = 30, reps: int = 40):
+    """A replay-like block: per-pair task values, random prefixes at a few budgets."""
+    rng = np.random.default_rng(seed)
+    vals = rng.choice(values, size=(n_pairs, n_tasks), p=rng.dirichlet(np.ones(len(values)) * 2))
+    ks = np.array([3, 8, 15, 24, 30])
+    orders = np.stack([rng.permutation(n_tasks) for _ in range(reps)])
+    rank = np.empty_like(orders)
+    rank[np.arange(reps)[:, None], orders] = np.arange(n_tasks)[None, :]
+    obs = (rank.T[:, :, None] < ks[None, None, :]).reshape(n_tasks, -1).astype(np.float32)
+
+    def summer(x):
+        return (x.astype(np.float32) @ obs).astype(np.float64).reshape(len(x), reps, len(ks))
+
+    return vals, ks, summer, rng
+
+
+@pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
+def test_staged_decisions_equal_decisions_on_exact_tails(theta):
+    lattice = 5
+    values = np.arange(-5, 6)
+    vals, ks, summer, rng = _block(7, values)
+    ssum = summer(vals.astype(np.float32))
+    counts = np.stack([summer((vals == v).astype(np.float32)) for v in np.unique(vals)], axis=-1)
+    hist = counts.reshape(-1, counts.shape[-1])
+    k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
+    c = R.bootstrap_threshold(theta, k, lattice)
+    p_low = LT.tail(hist, np.unique(vals), c)
+    pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
+    cache: dict = {}
+    for a in (0.05, 0.2):
+        got = LT.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, "exact", None, cache)
+        want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
+        np.testing.assert_array_equal(got, want)
+        for big_b in (200, 20):
+            u = rng.random(ssum.shape)
+            got = LT.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, big_b, u, cache)
+            q = R.bootstrap_conclude_prob(p_low, pos, a, big_b)
+            want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
+            np.testing.assert_array_equal(got, want)
+    tails, _ = cache[("lattice", f"{theta!r}")]
+    assert tails.refined[3] < len(k) / 4  # most cases never needed the exact tail
