@@ -10,6 +10,8 @@ import argparse
 import sys
 import time
 
+from service.engine.classes import parse_edges
+from service.engine.errors import FieldError
 from service.engine.records import RecordsError, load_records
 from service.engine.replay import plan_replay, run_replay, total_cases
 from service.engine.report import report_csv, report_json, summary_table
@@ -39,6 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group", action="append", metavar="COLS",
                    help="grouping key: a metadata column or 'col1,col2'; 'none' for one group; repeatable")
     p.add_argument("--orientation", default="directed", choices=("directed", "one_per_pair"))
+    p.add_argument("--pairs", default="all", metavar="SELECTION",
+                   help="which pairs count (SPEC §5.1): all, involving:S1,S2, adjacent, top:K, min_gap:X (pp), "
+                   "joined by '+' (intersection), e.g. top:10+min_gap:2")
+    p.add_argument("--gap-classes", default=None, metavar="EDGES",
+                   help="|Δ_full| class edges in pp, a comma list (default 0,1,2,5,10,100)")
     p.add_argument("--min-task-coverage", type=float, default=0.95)
     p.add_argument("--alpha", type=float, default=0.05, help="target for false accept / reject rates")
     p.add_argument("--gamma", type=float, default=0.05, help="target for coverage failure")
@@ -101,6 +108,8 @@ def spec_from_args(args: argparse.Namespace):
         eta=args.eta,
         seed=args.seed,
         seeds=args.seeds,
+        pairs=args.pairs,
+        gap_classes=parse_edges(args.gap_classes) if args.gap_classes is not None else None,
     )
 
 
@@ -146,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
         plan = plan_replay(records, spec)
-    except SpecError as exc:
+    except FieldError as exc:  # SpecError, or an edge list that could not be read
         print(f"error: {flag_of(exc.field)}: {exc.message}", file=sys.stderr)
         return 2
     if args.jobs < 1:

@@ -41,6 +41,12 @@ class SystemSummary(BaseModel):
 class GroupColumn(BaseModel):
     name: str
     n_groups: int
+    coverage_from_k: int | None = Field(
+        default=None,
+        description="Fewest tasks at which the proportional coverage floor of this grouping fits on the task "
+        "universe (SPEC §3); a coverage-aware replay defers every smaller budget. Null on datasets stored "
+        "before it was computed.",
+    )
 
 
 class DatasetSummary(BaseModel):

@@ -46,6 +46,15 @@ def rows_to_jsonl(rows: list[dict[str, Any]]) -> bytes:
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
+def coverage_from_k(values: tuple[str, ...]) -> int | None:
+    """Smallest number of tasks at which the proportional floor of this grouping fits on the
+    task universe (SPEC §3): below it a coverage-aware replay defers everything."""
+    from service.engine.diagnostics import first_feasible_k
+
+    _, n_g = np.unique(np.asarray(values, dtype=object), return_counts=True)
+    return first_feasible_k("proportional", n_g)
+
+
 def summarize(records: Records) -> dict[str, Any]:
     """What a client needs to pick systems, groups and policies (stored with the dataset)."""
     observed = records.observed
@@ -69,7 +78,8 @@ def summarize(records: Records) -> dict[str, Any]:
     return {
         "systems": systems,
         "group_columns": [
-            {"name": c, "n_groups": len(set(values))} for c, values in records.metadata.items()
+            {"name": c, "n_groups": len(set(values)), "coverage_from_k": coverage_from_k(values)}
+            for c, values in records.metadata.items()
         ],
         "trials_min": int(trials.min()) if trials.size else 0,
         "trials_max": int(trials.max()) if trials.size else 0,

@@ -17,6 +17,7 @@ visits a case alone:
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import zlib
@@ -27,9 +28,11 @@ from functools import cached_property
 import numpy as np
 
 from service import __version__
+from service.engine import classes, diagnostics, selection
 from service.engine import rules as R
 from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
+from service.engine.errors import FieldError
 from service.engine.lattice import bootstrap_decisions
 from service.engine.orders import (
     cost_ascending_orders,
@@ -177,8 +180,30 @@ class Plan:
                     pairs.append((b, a) if diff < 0 and not self._is_zero(diff) else (a, b))
         keep = [(a, b) for a, b in pairs if (obs[a] & obs[b]).any()]
         self.empty_pairs = len(pairs) - len(keep)
+        self.pairs_before_selection = len(keep)
+        keep = self._select(keep)
         self.pairs = keep
         self.n_unordered = len({frozenset(p) for p in keep})
+
+    def _select(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The pairs the spec's selection keeps (SPEC §5.1); none kept is a spec error."""
+        terms = selection.parse_selection(self.spec.pairs)
+        if not terms:
+            return pairs
+        rec = self.records
+        obs = rec.observed
+
+        def gap(a: int, b: int) -> float:
+            t = obs[a] & obs[b]
+            return abs(float(classes.gap_pp(self._sum_units(rec.y[a, t] - rec.y[b, t]), t.sum(), self.lattice)))
+
+        try:
+            kept = selection.select_pairs(terms, pairs, rec.systems, rec.scores(), gap, self.dropped_systems)
+        except FieldError as exc:
+            raise SpecError(exc.field, exc.message) from None
+        if not kept:
+            raise SpecError("pairs", f"the selection '{self.spec.pairs}' keeps none of the {len(pairs)} pairs")
+        return kept
 
     def _units(self, d: np.ndarray) -> np.ndarray:
         """Differences in lattice units (ints) when a lattice exists, else floats."""
@@ -728,36 +753,19 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult], *, per_pair: bool = 
     n_tasks = np.array([len(plan.pair_tasks(p)) for p in range(plan.n_pairs)], dtype=np.float64)
     ks = np.array([plan._tasksets[plan.pair_ts[p]].ks for p in range(plan.n_pairs)], dtype=np.float64)
     dfull = plan.delta_full()
+    gaps = classes.gap_pp(plan.full_sums, n_tasks, plan.lattice)  # signed Δ_full in pp
     configurations = []
     for c, cfg in enumerate(plan.configs):
         appl = plan.applicable[:, c]
-        positive = plan.positive(cfg.delta) & appl
-        negative = ~plan.positive(cfg.delta) & appl
+        full_pos = plan.positive(cfg.delta)
+        positive = full_pos & appl
+        negative = ~full_pos & appl
         n_app = int(appl.sum())
-        cost_known = bool(np.all(~np.isnan(cat["cost_sum"][appl, c]))) if n_app else False
-        budgets = []
-        for j, b in enumerate(spec.budgets):
-            per_seed = []
-            for s in range(n_s):
-                per_seed.append(_metrics(cat, c, s, j, positive, negative, appl, reps, ks[:, j] / n_tasks, cost_known))
-            pooled = _metrics(cat, c, slice(None), j, positive, negative, appl, reps * n_s, ks[:, j] / n_tasks,
-                              cost_known)
-            k_mean = _clean(float(ks[appl, j].mean())) if n_app else None
-            entry: dict[str, object] = {"budget": b, "k_mean": k_mean}
-            entry.update(pooled)
-            if cfg.policy.rule in ANYTIME_RULES:
-                entry["mean_tasks_used"] = _clean(
-                    float(cat["used_sum"][appl, c, :, j].sum()) / max(1, n_app * reps * n_s))
-            misses = _misses(pooled, spec) if pooled["cases"] else ["no_cases"]
-            entry["sufficient"] = not misses
-            entry["misses"] = misses
-            if n_s > 1:
-                entry["seed_intervals"] = {
-                    m: _interval([ps[m] for ps in per_seed]) for m in METRICS if pooled[m] is not None
-                }
-            budgets.append(entry)
-        msb = next((e["budget"] for e in budgets if e["sufficient"]), None)
-        ecb = next((e["budget"] for e in budgets if not (set(e["misses"]) - {"defer_rate"})), None)
+        rows_for = functools.partial(_budget_rows, plan, cat, c, cfg, full_pos=full_pos, ks=ks, n_tasks=n_tasks)
+        budgets = rows_for(appl)
+        msb, ecb = classes.sufficient_budgets(budgets)
+        gap_cls, outside = classes.gap_classes(spec.gap_classes, np.abs(gaps), appl, full_pos, rows_for)
+        oc = _operating_characteristic(plan, cat, c, cfg, gaps, full_pos, appl, budgets)
         conf = cfg.describe()
         conf.update({
             "n_pairs": n_app,
@@ -768,12 +776,17 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult], *, per_pair: bool = 
             "note": None if cfg.policy.order != "cost_ascending" or n_app == plan.n_pairs else (
                 "cost_ascending applies only to pairs whose A has a cost for every task of T; "
                 f"{int((~appl).sum())} of {plan.n_pairs} pairs are excluded"),
+            "diagnostics": [],
             "budgets": budgets,
             "minimum_sufficient_budget": msb,
             "error_coverage_budget": ecb,
+            "gap_classes": gap_cls,
+            "pairs_outside_gap_classes": outside,
+            "operating_characteristic": oc,
         })
         if per_pair:
             conf["per_pair"] = pair_table(plan, cat, c, dfull, positive, appl).rows()
+        conf["diagnostics"] = diagnostics.configuration(plan, cfg, appl, conf)
         configurations.append(conf)
     return {
         "version": __version__,
@@ -794,6 +807,8 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult], *, per_pair: bool = 
             "ordered": plan.n_pairs,
             "unordered": plan.n_unordered,
             "without_common_tasks": plan.empty_pairs,
+            "selection": spec.pairs,
+            "not_selected": plan.pairs_before_selection - plan.n_pairs,
             "positive_by_delta": {f"{d:g}": int(plan.positive(d).sum()) for d in spec.deltas},
             "negative_by_delta": {f"{d:g}": int((~plan.positive(d)).sum()) for d in spec.deltas},
         },
@@ -803,8 +818,55 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult], *, per_pair: bool = 
             "eta": spec.eta,
             "null_rule": "a rate whose denominator is empty is null and counts as meeting its target",
         },
+        "diagnostics": diagnostics.report(plan, names),
         "configurations": configurations,
     }
+
+
+def _budget_rows(plan: Plan, cat: dict, c: int, cfg: Config, mask: np.ndarray, full_pos: np.ndarray,
+                 ks: np.ndarray, n_tasks: np.ndarray) -> list[dict]:
+    """A configuration's rows per budget (SPEC §5, §6) over the pairs of ``mask``: the whole
+    configuration, or one gap class of it."""
+    spec = plan.spec
+    reps, n_s = spec.orders, spec.seeds
+    positive = full_pos & mask
+    negative = ~full_pos & mask
+    n_app = int(mask.sum())
+    cost_known = bool(np.all(~np.isnan(cat["cost_sum"][mask, c]))) if n_app else False
+    budgets = []
+    for j, b in enumerate(spec.budgets):
+        per_seed = []
+        if n_s > 1:
+            for s in range(n_s):
+                per_seed.append(_metrics(cat, c, s, j, positive, negative, mask, reps, ks[:, j] / n_tasks, cost_known))
+        pooled = _metrics(cat, c, slice(None), j, positive, negative, mask, reps * n_s, ks[:, j] / n_tasks,
+                          cost_known)
+        k_mean = _clean(float(ks[mask, j].mean())) if n_app else None
+        entry: dict[str, object] = {"budget": b, "k_mean": k_mean}
+        entry.update(pooled)
+        if cfg.policy.rule in ANYTIME_RULES:
+            entry["mean_tasks_used"] = _clean(
+                float(cat["used_sum"][mask, c, :, j].sum()) / max(1, n_app * reps * n_s))
+        misses = _misses(pooled, spec) if pooled["cases"] else ["no_cases"]
+        entry["sufficient"] = not misses
+        entry["misses"] = misses
+        if n_s > 1:
+            entry["seed_intervals"] = {
+                m: _interval([ps[m] for ps in per_seed]) for m in METRICS if pooled[m] is not None
+            }
+        budgets.append(entry)
+    return budgets
+
+
+def _operating_characteristic(plan: Plan, cat: dict, c: int, cfg: Config, gaps: np.ndarray, full_pos: np.ndarray,
+                              appl: np.ndarray, budgets: list[dict]) -> dict:
+    """SPEC §5.1: rates against ``Δ_full − δ`` in signed gap classes; tasks used when sequential."""
+    sequential = bool(budgets) and "mean_tasks_used" in budgets[0]
+    tallies = [cat[f][:, c].sum(axis=1) for f in ("accept", "reject", "defer")]  # [P, J] over seeds
+    used = cat["used_sum"][:, c].sum(axis=1) if sequential else None
+    rows = classes.operating_characteristic(plan.spec.gap_classes, gaps - cfg.delta, full_pos, appl, *tallies, used,
+                                            plan.spec.orders * plan.spec.seeds)
+    return {"x": "delta_full - delta (pp)", "budgets": list(plan.spec.budgets), "classes": rows}
 
 
 def _metrics(cat: dict, c: int, s, j: int, positive: np.ndarray, negative: np.ndarray, appl: np.ndarray,

@@ -77,6 +77,8 @@ def summary_table(report: dict) -> str:
         f"{ds['systems']} systems, {ds['tasks']} tasks, {pairs['ordered']} pairs ({pairs['orientation']}), "
         f"{report['spec']['orders']} orders x {report['spec']['seeds']} seed(s)"
     )
+    if pairs.get("selection", "all") != "all":
+        lines.append(f"pairs selected by '{pairs['selection']}' ({pairs['not_selected']} others left out)")
     if ds["dropped_systems"]:
         lines.append(f"dropped by min_task_coverage: {', '.join(ds['dropped_systems'])}")
     t = report["targets"]
@@ -94,10 +96,15 @@ def summary_table(report: dict) -> str:
             f"{str(c['bootstrap']):>6} {c['delta']:>6g}  {'none' if msb is None else f'{msb:g}':>14}  "
             f"{'none' if ecb is None else f'{ecb:g}':>14}"
         )
+    for d in report.get("diagnostics", []):
+        lines.append(f"! {d['code']}: {d['message']}")
     lines.append("")
     for c in report["configurations"]:
         lines.append(f"{c['policy']['name']} delta={c['delta']:g} group={c['group'] or '-'} floor={c['floor']}:"
                      + (f"  ({c['note']})" if c.get("note") else ""))
+        for d in c.get("diagnostics", []):
+            lines.append(f"  ! {d['code']}: {d['message']}")
+        lines.extend(_gap_class_lines(c))
         lines.append(f"  {'budget':>6} {'FAR':>8} {'FRR':>8} {'error':>8} {'defer':>8} {'covfail':>8} "
                      f"{'cost':>7}  misses")
         for b in c["budgets"]:
@@ -107,6 +114,22 @@ def summary_table(report: dict) -> str:
                 f"{_fmt(b['cost_fraction'], 7)}  {', '.join(b['misses']) or 'sufficient'}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _gap_class_lines(c: dict) -> list[str]:
+    """Tasks needed by gap size: each |Δ_full| class's pairs and budgets (SPEC §5.1)."""
+    classes = c.get("gap_classes") or []
+    if not classes:
+        return []
+    out = [f"  {'|delta_full| (pp)':>18} {'pairs':>6} {'min sufficient':>14} {'tasks':>7} {'error+coverage':>14}"]
+    for g in classes:
+        msb = g["minimum_sufficient_budget"]
+        row = next((b for b in g["budgets"] if b["budget"] == msb), None)
+        k = "" if row is None or row["k_mean"] is None else f"{row['k_mean']:g}"
+        ecb = g["error_coverage_budget"]
+        out.append(f"  {'[' + format(g['low'], 'g') + ', ' + format(g['high'], 'g') + ')':>18} {g['pairs']:>6} "
+                   f"{'none' if msb is None else f'{msb:g}':>14} {k:>7} {'none' if ecb is None else f'{ecb:g}':>14}")
+    return out
 
 
 def _fmt(v: object, width: int = 8) -> str:

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from service.engine import classes, selection
 from service.engine.coverage import FLOORS
 from service.engine.errors import FieldError
 
@@ -112,6 +113,8 @@ class ReplaySpec:
     eta: float = 0.25
     seed: int = 0
     seeds: int = 1
+    pairs: str = "all"  # which pairs count (SPEC §5.1), e.g. "top:10+min_gap:2"
+    gap_classes: tuple[float, ...] = classes.DEFAULT_EDGES  # |Δ_full| edges in pp
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, object]:
@@ -132,6 +135,8 @@ class ReplaySpec:
             "eta": self.eta,
             "seed": self.seed,
             "seeds": self.seeds,
+            "pairs": self.pairs,
+            "gap_classes": list(self.gap_classes),
         }
 
 
@@ -152,13 +157,13 @@ def make_spec(**options: object) -> ReplaySpec:
         if isinstance(pols, str | Mapping | Policy):
             pols = [pols]
         vals["policies"] = tuple(parse_policy(p) for p in pols)  # type: ignore[union-attr]
-    for key in ("deltas", "budgets", "bootstrap", "a", "floors", "groups"):
+    for key in ("deltas", "budgets", "bootstrap", "a", "floors", "groups", "gap_classes"):
         if key in vals and (isinstance(vals[key], str | int | float) or vals[key] is None):
             vals[key] = (vals[key],)
         if key in vals:
             vals[key] = tuple(vals[key])  # type: ignore[arg-type]
     # Numbers are normalised so that 0 and 0.0 give the same spec (and the same report bytes).
-    for key in ("deltas", "budgets", "a"):
+    for key in ("deltas", "budgets", "a", "gap_classes"):
         if key in vals:
             vals[key] = tuple(_as_float(key, x) for x in vals[key])  # type: ignore[union-attr]
     for key in ("alpha", "gamma", "eta", "min_task_coverage"):
@@ -167,6 +172,11 @@ def make_spec(**options: object) -> ReplaySpec:
     if "bootstrap" in vals:
         vals["bootstrap"] = tuple(x if x == "exact" or isinstance(x, bool) or not isinstance(x, float) or x != int(x)
                                   else int(x) for x in vals["bootstrap"])  # type: ignore[union-attr]
+    if isinstance(vals.get("pairs"), str):
+        try:
+            vals["pairs"] = selection.canonical(vals["pairs"])  # type: ignore[arg-type]
+        except FieldError as exc:
+            raise SpecError(exc.field, exc.message) from None
     spec = replace(spec, **vals)  # type: ignore[arg-type]
     validate_spec(spec)
     return spec
@@ -241,6 +251,11 @@ def validate_spec(spec: ReplaySpec) -> None:
         raise SpecError("seed", "must be an integer >= 0")
     if isinstance(spec.seeds, bool) or not isinstance(spec.seeds, int) or not 1 <= spec.seeds <= 1000:
         raise SpecError("seeds", "must be an integer in [1, 1000]")
+    try:
+        selection.parse_selection(spec.pairs)
+        classes.validate_edges(spec.gap_classes)
+    except FieldError as exc:
+        raise SpecError(exc.field, exc.message) from None
     for p in spec.policies:
         if p.rule == "mcnemar" and any(float(d) != 0.0 for d in spec.deltas):
             raise SpecError("deltas", f"policy '{p.name}' uses mcnemar, which is defined only at δ = 0")

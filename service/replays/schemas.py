@@ -49,6 +49,14 @@ class ReplayCreate(BaseModel):
     eta: float | None = None
     seed: int | None = None
     seeds: int | None = None
+    pairs: str | None = Field(
+        default=None, max_length=20_000,
+        description="Which pairs count (SPEC §5.1): 'all', 'involving:S1,S2', 'adjacent', 'top:K', 'min_gap:X' (pp), "
+        "joined by '+' (intersection), e.g. 'top:10+min_gap:2'.",
+    )
+    gap_classes: list[float] | None = Field(
+        default=None, max_length=41, description="Edges in pp of the |Δ_full| classes; default 0, 1, 2, 5, 10, 100."
+    )
 
 
 class ReplayLinks(BaseModel):

@@ -117,6 +117,9 @@ def _index(
         replay_rows.append({"r": read, "dataset": names.get(r.dataset_id, str(r.dataset_id)[:8]),
                             "policies": policies, "deltas": deltas})
     group_columns = sorted({c["name"] for d in items for c in d.summary.get("group_columns", [])})
+    chosen = selected or (str(items[0].id) if items else "")
+    advice = _grouping_advice(session, next((d for d in items if str(d.id) == chosen), None))
+    default_group = "group" if "group" in group_columns and "group" not in advice else ""
     return render(
         "index.html",
         status_code,
@@ -127,12 +130,35 @@ def _index(
         replays_total=runs_total,
         errors=errors or [],
         notice=notice,
-        selected=selected or (str(items[0].id) if items else ""),
+        selected=chosen,
         policies=list(NAMED_POLICIES),
         group_columns=group_columns,
+        grouping_advice=advice,
         form=form or {"policies": ["coverage_bootstrap"], "deltas": "0, 5", "orders": "100", "budgets": "",
-                      "group": "group" if "group" in group_columns else "", "seed": "0"},
+                      "group": default_group, "seed": "0", "pairs": "all"},
     )
+
+
+def _grouping_advice(session: Session, dataset: Any) -> dict[str, str]:
+    """Group columns of ``dataset`` whose proportional coverage cannot be met below half the
+    tasks, each with the reason: the form does not preselect them (SPEC §6 diagnostics)."""
+    if dataset is None:
+        return {}
+    columns = dataset.summary.get("group_columns", [])
+    n = dataset.n_tasks
+    out: dict[str, str] = {}
+    records = None
+    for c in columns:
+        k = c.get("coverage_from_k", "missing")
+        if k == "missing":  # stored before the summary carried it
+            if records is None:
+                records = datasets.load_records(session, dataset.id)
+            k = datasets.coverage_from_k(records.metadata[c["name"]])
+        if k is None or k > n / 2:
+            fits = "never fits" if k is None else f"first fits at {k} of {n} tasks ({k / n:.0%})"
+            out[c["name"]] = (f"grouping by {c['name']} gives {c['n_groups']} groups for {n} tasks: proportional "
+                              f"coverage {fits}, so a coverage-aware replay defers every smaller budget")
+    return out
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -210,8 +236,10 @@ def start_replay(
         return (fields.get(key) or [""])[0].strip()
 
     form = {"policies": fields.get("policies", []), "deltas": one("deltas"), "orders": one("orders"),
-            "budgets": one("budgets"), "group": one("group"), "seed": one("seed")}
+            "budgets": one("budgets"), "group": one("group"), "seed": one("seed"), "pairs": one("pairs")}
     body: dict[str, Any] = {"dataset_id": one("dataset_id"), "groups": [form["group"] or None]}
+    if form["pairs"]:
+        body["pairs"] = form["pairs"]
     errors: list[str] = []
     if form["policies"]:
         body["policies"] = form["policies"]
