@@ -25,8 +25,9 @@ def test_api_pairs_and_gap_classes_give_the_engine_report(client: TestClient) ->
     body = client.get(f"/v1/replays/{done['id']}/report").content
     assert body == report_json(engine_report(content, spec))  # chunked in the service, in one piece here
     rep = json.loads(body)
-    for conf in rep["configurations"]:
-        assert all(system in (p["a"], p["b"]) for p in conf["per_pair"])
+    for i, conf in enumerate(rep["configurations"]):
+        rows = client.get(f"/v1/replays/{done['id']}/pairs", params={"config": i}).json()["items"]
+        assert len(rows) == 8 and all(system in (p["a"], p["b"]) for p in rows)
         assert [(c["low"], c["high"]) for c in conf["gap_classes"]] == [(0.0, 5.0), (5.0, 100.0)]
         assert sum(c["pairs"] for c in conf["gap_classes"]) == conf["n_pairs"] == 8
 
