@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=20)
     ap.add_argument("--delta", type=float, action="append")
     ap.add_argument("--a", type=float, default=0.05)
+    ap.add_argument("--min-task-coverage", type=float, default=0.0, help="system filter (pairs use shared tasks)")
     args = ap.parse_args()
     deltas = args.delta or [0.0, 5.0]
     print(
@@ -41,7 +42,11 @@ def main() -> None:
         f"{'err eb':>7} {'err new':>7} {'worst new':>9} {'s eb':>6} {'s new':>6}"
     )
     for path in args.records:
-        rec, _ = filter_systems(load_records(path), 0.95)
+        try:
+            rec, _ = filter_systems(load_records(path), args.min_task_coverage)
+        except ValueError as exc:  # e.g. a single system
+            print(f"{Path(path).parent.name:<32} skipped: {exc}")
+            continue
         lat = R.find_lattice(rec.y[rec.observed])
         name = Path(path).parent.name
         pairs = [(a, b) for a in range(rec.n_systems) for b in range(rec.n_systems) if a != b]
@@ -55,6 +60,8 @@ def main() -> None:
                 t = rec.observed[a] & rec.observed[b]
                 d = rec.y[a, t] - rec.y[b, t]
                 n = len(d)
+                if n == 0:
+                    continue
                 v = np.round(d * lat).astype(np.int64) if lat else d
                 full = R.ACCEPT if R.above(np.array(v.sum()), np.array(n), theta, lat) else R.REJECT
                 rng = np.random.default_rng([p, 2024])
@@ -66,9 +73,12 @@ def main() -> None:
                     secs[key] += time.perf_counter() - t0
                     used[key].append(float(np.minimum(stop, n).mean()))
                     err[key].append(float(np.mean((dec != R.DEFER) & (dec != full))))
+            if not n_tasks:
+                print(f"{name:<32} {delta:>4g}  no pair shares a task")
+                continue
             ue, un = np.mean(used["eb"]), np.mean(used["new"])
             print(
-                f"{name:<32} {delta:>4g} {len(pairs):>6} {int(np.median(n_tasks)):>5} {ue:>9.1f} {un:>9.1f} "
+                f"{name:<32} {delta:>4g} {len(n_tasks):>6} {int(np.median(n_tasks)):>5} {ue:>9.1f} {un:>9.1f} "
                 f"{un / ue:>6.3f} {np.mean(err['eb']):>7.4f} {np.mean(err['new']):>7.4f} {max(err['new']):>9.3f} "
                 f"{secs['eb']:>6.1f} {secs['new']:>6.1f}",
                 flush=True,

@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="threshold δ in percentage points; repeatable (default 0)")
     p.add_argument("--budgets", default="0.05:0.95:0.05", help="start:stop:step or a comma list of fractions")
     p.add_argument("--orders", type=int, default=500, help="sampled orders R per pair (default 500)")
+    p.add_argument("--checkpoints", metavar="FRACTIONS",
+                   help="a schedule for the fixed-sample policies (SPEC §4.4): fractions or start:stop:step ranges, "
+                   "e.g. 0.02:0.5:0.02,1; at budget k a case ends at its first conclusive checkpoint <= k")
+    p.add_argument("--spending", metavar="NAME", help="the schedule's spending: obrien_fleming (default), pocock, none")
     p.add_argument("--bootstrap", action="append", metavar="B|exact",
                    help="bootstrap resamples B or 'exact'; repeatable (default 200)")
     p.add_argument("--a", action="append", type=float, metavar="LEVEL", help="rule level a; repeatable (default 0.05)")
@@ -96,6 +100,8 @@ def spec_from_args(args: argparse.Namespace):
         policies=args.policy or None,
         deltas=args.delta or None,
         budgets=parse_budgets(args.budgets),
+        checkpoints=args.checkpoints,
+        spending=args.spending,
         orders=args.orders,
         bootstrap=_bootstrap_values(args.bootstrap),
         a=args.a or None,

@@ -30,6 +30,7 @@ import numpy as np
 from service import __version__
 from service.engine import classes, diagnostics, selection
 from service.engine import rules as R
+from service.engine import schedule
 from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
 from service.engine.errors import FieldError
@@ -52,7 +53,7 @@ BLOCK_ELEMENTS = 6_000_000
 PAIR_BLOCK_CASES = 2_000_000
 """Cases (pairs × orders × budgets) decided together for a shared order."""
 
-_STREAM = {"uniform": 1, "stratified": 2, "cost_ascending": 3, "neyman": 4, "bootstrap": 5}
+_STREAM = {"uniform": 1, "stratified": 2, "cost_ascending": 3, "neyman": 4, "bootstrap": 5, "schedule": 6}
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,9 @@ class Plan:
                 "every policy orders tasks by A's cost, but no system has a cost for every task of its pairs",
             )
         for p in spec.policies:
+            if p.checkpoints is not None and p.rule == "bootstrap" and not self.fft_bootstrap:
+                raise SpecError("checkpoints", f"policy '{p.name}': a scheduled bootstrap needs outcomes on a small "
+                                               "grid of step 1/L (its tails are exact convolutions)")
             if p.rule in ANYTIME_RULES and p.order == "neyman":
                 raise SpecError("policies", f"policy '{p.name}': anytime needs a single task order, not neyman")
 
@@ -565,6 +569,9 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                     anytime_cache[(akey, th)] = res
             dec, used, cov_at_stop = anytime_cache[(akey, theta)]
             covfail = (dec != 0) & ~cov_at_stop
+        elif cfg.policy.checkpoints is not None:
+            dec, used, cov_at_stop = _scheduled(plan, ts_id, members, values, order, cfg, c, s)
+            covfail = (dec != 0) & ~cov_at_stop
         else:
             if rule == "forced":
                 dec = R.forced(ssum, k, theta, lat)
@@ -717,6 +724,49 @@ def _anytime(plan: Plan, ts_id: int, values: np.ndarray, order: np.ndarray | Non
     return out
 
 
+def _scheduled(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,
+               cfg: Config, c: int, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decisions, tasks used and coverage-at-stop ``[P, R, J]`` of a policy with a schedule
+    (SPEC §4.4): the rule at its checkpoints with their levels (``schedule.scheduled_paths``,
+    what a live session runs); at budget ``k`` the first conclusive checkpoint ``<= k``."""
+    ts = plan._tasksets[ts_id]
+    if order is None:
+        raise SpecError("checkpoints", "a schedule needs a single task order (not neyman)")
+    reps, n = order.shape
+    cks = sorted({max(1, budget_k(f, n)) for f in cfg.policy.checkpoints or ()})
+    lvls = schedule.levels(cks, cfg.a, cfg.policy.spending or schedule.DEFAULT_SPENDING)
+    k_m = cks[-1]
+    lab, n_groups = plan._labels(ts_id, cfg.group)
+    n_g = np.bincount(lab, minlength=n_groups)
+    req = required(cfg.floor, np.array(cks), n_g)  # [m, G]
+    onehot = np.eye(n_groups, dtype=np.int32)[lab[order[:, :k_m]]]  # [R, k_m, G]
+    counts = np.cumsum(onehot, axis=1)[:, np.array(cks) - 1]  # [R, m, G]
+    cov_ck = np.all(counts >= req[None], axis=2) & (req.sum(axis=1) <= np.array(cks))[None, :]  # [R, m]
+    p_n, m = len(values), len(cks)
+    dec = np.zeros((p_n, reps), dtype=np.int8)
+    stop = np.zeros((p_n, reps), dtype=np.int64)
+    block = max(1, BLOCK_ELEMENTS // (reps * k_m))
+    for i in range(0, p_n, block):
+        v = values[i : i + block][:, order[:, :k_m]]  # [b, R, k_m]
+        b = v.shape[0]
+        cov_ok = np.tile(cov_ck, (b, 1)) if cfg.policy.coverage_aware else None
+        u = None
+        if cfg.policy.rule == "bootstrap" and cfg.bootstrap != "exact":
+            u = np.concatenate([plan._rng(s, _STREAM["schedule"], *plan.pairs[p], c).random((reps, m))
+                                for p in members[i : i + b]])
+        d, st = schedule.scheduled_paths(cfg.policy.rule, v.reshape(b * reps, k_m), plan.lattice, cks, lvls,
+                                         cfg.delta / 100.0, n, cov_ok, cfg.bootstrap, u)
+        dec[i : i + b] = d.reshape(b, reps)
+        stop[i : i + b] = st.reshape(b, reps)
+    ks = ts.ks[None, None, :]
+    reached = stop[:, :, None] <= ks
+    decisions = np.where(reached, dec[:, :, None], R.DEFER).astype(np.int8)
+    used = np.minimum(stop[:, :, None], ks)
+    at = np.clip(np.searchsorted(np.array(cks), stop), 0, m - 1)  # the concluding checkpoint
+    cov_at = np.take_along_axis(np.broadcast_to(cov_ck, (p_n, reps, m)), at[:, :, None], axis=2)[:, :, 0]
+    return decisions, used, np.broadcast_to(cov_at[:, :, None], decisions.shape)
+
+
 # ------------------------------------------------------------------------- report
 
 
@@ -844,7 +894,7 @@ def _budget_rows(plan: Plan, cat: dict, c: int, cfg: Config, mask: np.ndarray, f
         k_mean = _clean(float(ks[mask, j].mean())) if n_app else None
         entry: dict[str, object] = {"budget": b, "k_mean": k_mean}
         entry.update(pooled)
-        if cfg.policy.rule in ANYTIME_RULES:
+        if cfg.policy.rule in ANYTIME_RULES or cfg.policy.checkpoints is not None:
             entry["mean_tasks_used"] = _clean(
                 float(cat["used_sum"][mask, c, :, j].sum()) / max(1, n_app * reps * n_s))
         misses = _misses(pooled, spec) if pooled["cases"] else ["no_cases"]

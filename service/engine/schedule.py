@@ -14,7 +14,8 @@ fixed-sample error at level ``ℓ`` is at most ``ℓ``, whatever order the harne
 * ``none``: level ``a`` at every checkpoint (kept for comparison: not a valid schedule).
 
 ``scheduled_paths`` runs a schedule over many observation orders at once (simulations,
-replay); live sessions consult ``service.engine.live`` at each checkpoint with ``levels``.
+replay, and the verdict a live session reaches at each of its checkpoints); ``GUARD`` says
+how the bootstrap and paired-normal tails are taken there.
 
 Example::
 
@@ -36,6 +37,14 @@ from service.engine.errors import FieldError
 SPENDINGS = ("obrien_fleming", "pocock", "none")
 DEFAULT_SPENDING = "obrien_fleming"
 SCHEDULED_RULES = ("bootstrap", "paired_normal", "mcnemar", "serfling")
+GUARD = (
+    "At a checkpoint the bootstrap and paired-normal tails are taken over the k observed tasks plus one "
+    "guard task at the far end of the range, against the conclusion in view (d = -1 against an accept, "
+    "+1 against a reject). Without it a degenerate sample (no task beyond θ, e.g. no win for A in the "
+    "first few tasks) has a tail of exactly 0 and concludes at any level, however small: the small "
+    "early levels of a spending schedule would then not bound the error. McNemar (exact) and Serfling "
+    "(a bound) need no guard."
+)
 """Rules a schedule can consult: the fixed-sample rules that defer (``forced`` never does,
 and ``anytime`` needs no schedule)."""
 NO_SPENDING_WARNING = (
@@ -106,6 +115,8 @@ def scheduled_paths(
     theta: float,
     n: int,
     cov_ok: np.ndarray | None = None,
+    resamples: int | str = "exact",
+    u: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """First conclusion of a fixed-sample rule consulted at checkpoints ``ks`` with levels ``lvls``.
 
@@ -113,7 +124,8 @@ def scheduled_paths(
     ``cov_ok``: ``[cases, m]`` whether coverage is met at each checkpoint (coverage-aware
     policies conclude only there); ``n``: population size (serfling). The bootstrap is the
     exact one. Returns ``(decision, stop)`` per case, ``stop = k_j`` of the concluding
-    checkpoint (``k_m + 1`` when none concludes).
+    checkpoint (``k_m + 1`` when none concludes). A finite bootstrap ``resamples`` draws its
+    verdict from ``u`` (``[cases, m]`` uniforms), as replay does at a budget.
     """
     v = np.asarray(v)
     cases = v.shape[0]
@@ -129,13 +141,13 @@ def scheduled_paths(
         s = part.sum(axis=1)
         kk = np.full(len(idx), k)
         if rule == "paired_normal":
-            d = R.paired_normal(s, (part * part).sum(axis=1), kk, theta, lvl, lattice)
+            d = _paired_normal_guarded(s, (part * part).sum(axis=1), k, theta, lvl, lattice)
         elif rule == "serfling":
             d = R.serfling(s, kk, n, theta, lvl, lattice)
         elif rule == "mcnemar":
             d = R.mcnemar((part > 0).sum(axis=1), (part < 0).sum(axis=1), lvl)
         elif rule == "bootstrap":
-            d = _bootstrap_exact(part, s, k, theta, lvl, lattice)
+            d = _bootstrap_exact(part, s, k, theta, lvl, lattice, resamples, None if u is None else u[idx, j])
         else:
             raise ValueError(f"rule '{rule}' takes no schedule")
         if cov_ok is not None:
@@ -147,15 +159,47 @@ def scheduled_paths(
     return dec, stop
 
 
-def _bootstrap_exact(part: np.ndarray, s: np.ndarray, k: int, theta: float, level: float, lattice: int) -> np.ndarray:
-    """The exact bootstrap verdict of each row (the kernels ``rules.decide`` composes)."""
+def _paired_normal_guarded(
+    s: np.ndarray, q: np.ndarray, k: int, theta: float, level: float, lattice: int | None
+) -> np.ndarray:
+    """Paired normal at a checkpoint, its tail taken with one guard task (see ``GUARD``)."""
+    lat = lattice or 1
+    kk = np.full(len(s), k)
+    pos = R.above(s, kk, theta, lattice)
+    s_g = np.where(pos, s - lat, s + lat)  # the guard lies against the conclusion in view
+    q_g, k_g = q + lat * lat, k + 1.0
+    ss = np.maximum(q_g * k_g - s_g * s_g, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.sqrt(ss / (k_g * (k_g - 1))) / lat / np.sqrt(k_g)
+        m = s_g / (k_g * lat)
+        tail = np.where(pos, special.ndtr(-(m - theta) / se), special.ndtr(-(theta - m) / se))
+    tail = np.where(se > 0, tail, 1.0)
+    out = np.where(tail <= level, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).astype(np.int8)
+    return np.where(k < 2, R.DEFER, out).astype(np.int8)
+
+
+def _bootstrap_exact(
+    part: np.ndarray,
+    s: np.ndarray,
+    k: int,
+    theta: float,
+    level: float,
+    lattice: int,
+    resamples: int | str = "exact",
+    u: np.ndarray | None = None,
+) -> np.ndarray:
+    """The bootstrap verdict of each row from the exact resampling tail of its ``k`` tasks and
+    one guard task (see ``GUARD``); ``B`` resamples draw from ``u``."""
     kk = np.full(len(part), k)
     pos = R.above(s, kk, theta, lattice)
-    c = R.bootstrap_threshold(theta, kk, lattice)
+    c = R.bootstrap_threshold(theta, kk + 1, lattice)
     if lattice == 1 and np.all(np.abs(part) <= 1):
-        p_low = R.tail_binary(kk, (part > 0).sum(axis=1), (part < 0).sum(axis=1), c)
+        n_plus, n_minus = (part > 0).sum(axis=1), (part < 0).sum(axis=1)
+        p_low = R.tail_binary(kk + 1, n_plus + ~pos, n_minus + pos, c)
     else:
-        vals = np.unique(part).astype(np.int64)
+        vals = np.union1d(np.unique(part).astype(np.int64), [-lattice, lattice])
         hist = (part[:, :, None] == vals[None, None, :]).sum(axis=1)
+        hist[:, 0] += pos  # -L against an accept
+        hist[:, -1] += ~pos  # +L against a reject
         p_low = R.tail_lattice(hist, vals, c)
-    return R.bootstrap_from_tail(p_low, pos, level, "exact")
+    return R.bootstrap_from_tail(p_low, pos, level, resamples, u)

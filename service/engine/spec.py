@@ -6,11 +6,12 @@ resample count ``B`` × threshold δ is one *configuration*, replayed at every b
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from service.engine import classes, selection
+from service.engine import classes, schedule, selection
 from service.engine.coverage import FLOORS
 from service.engine.errors import FieldError
 
@@ -35,9 +36,77 @@ class Policy:
     order: str
     rule: str
     coverage_aware: bool
+    checkpoints: tuple[float, ...] | None = None
+    """A schedule (SPEC §4.4): the rule is consulted only at these budget fractions, at the
+    levels ``spending`` gives them; at budget ``k`` the case ends at the first conclusive
+    checkpoint ``<= k``."""
+    spending: str | None = None
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "order": self.order, "rule": self.rule, "coverage_aware": self.coverage_aware}
+        out: dict[str, object] = {"name": self.name, "order": self.order, "rule": self.rule,
+                                  "coverage_aware": self.coverage_aware}
+        if self.checkpoints is not None:
+            out["checkpoints"] = list(self.checkpoints)
+            out["spending"] = self.spending
+        return out
+
+
+def schedule_tag(checkpoints: Sequence[float], spending: str) -> str:
+    """The suffix naming a scheduled policy: ``<spending>@<fractions>`` (sessions look replays
+    of their own schedule up by it)."""
+    vals = [float(c) for c in checkpoints]
+    parts: list[str] = []
+    i = 0
+    while i < len(vals):  # runs of >= 3 equally spaced fractions as start:stop:step (what --checkpoints reads)
+        j = i + 1
+        while j + 1 < len(vals) and abs((vals[j + 1] - vals[j]) - (vals[i + 1] - vals[i])) < 1e-9:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{vals[i]:g}:{vals[j]:g}:{round(vals[i + 1] - vals[i], 10):g}")
+            i = j + 1
+        else:
+            parts.append(f"{vals[i]:g}")
+            i += 1
+    text = ",".join(parts)
+    if len(text) > 120:  # the name is stored in a 200-character column: name long schedules by a digest
+        text = "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    return f"{spending}@{text}"
+
+
+def with_schedule(policy: Policy, checkpoints: Sequence[object] | str | None, spending: str | None,
+                  field: str = "checkpoints") -> Policy:
+    """``policy`` carrying a schedule (validated), named ``<name>[<tag>]``; unchanged without one."""
+    if checkpoints is None:
+        if spending is not None:
+            raise SpecError("spending", "spending applies to a schedule: give checkpoints too")
+        return policy
+    if policy.rule in ANYTIME_RULES:
+        raise SpecError(field, f"policy '{policy.name}': {policy.rule} needs no schedule (it is valid after every task)")
+    if policy.order == "neyman":
+        raise SpecError(field, f"policy '{policy.name}': a schedule needs a single task order, not neyman")
+    fractions = parse_fractions(checkpoints, field) if isinstance(checkpoints, str) else checkpoints
+    try:
+        cks = schedule.check_checkpoints(list(fractions), field)
+        spend = schedule.check_spending(spending or schedule.DEFAULT_SPENDING, policy.rule, "spending")
+    except FieldError as exc:
+        raise SpecError(exc.field, exc.message) from None
+    return replace(policy, name=f"{policy.name}[{schedule_tag(cks, spend)}]", checkpoints=cks, spending=spend)
+
+
+def parse_fractions(text: str, field: str) -> tuple[float, ...]:
+    """``"0.02:0.5:0.02,1"``: comma-separated numbers or ``start:stop:step`` ranges (inclusive)."""
+    out: list[float] = []
+    for part in text.split(","):
+        if part.strip():
+            out.extend(parse_budgets(part) if ":" in part else (_number(part, field),))
+    return tuple(out)
+
+
+def _number(text: str, field: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise SpecError(field, f"cannot read '{text.strip()}' as a fraction") from None
 
 
 NAMED_POLICIES: dict[str, Policy] = {
@@ -87,7 +156,8 @@ def parse_policy(value: str | Mapping[str, object] | Policy) -> Policy:
     if rule not in RULES:
         raise SpecError("policy", f"unknown rule '{rule}'; rules: {', '.join(RULES)}")
     name = str(value.get("name") or f"custom:{order}/{rule}{'/coverage' if cov else ''}")
-    return Policy(name, order, rule, bool(cov))
+    return with_schedule(Policy(name, order, rule, bool(cov)), value.get("checkpoints"),  # type: ignore[arg-type]
+                         value.get("spending"), "policies")  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -143,6 +213,7 @@ class ReplaySpec:
 def make_spec(**options: object) -> ReplaySpec:
     """Build and validate a spec from plain values (CLI, JSON). Raises ``SpecError``."""
     known = set(ReplaySpec.__dataclass_fields__) - {"extra"}
+    checkpoints, spending = options.pop("checkpoints", None), options.pop("spending", None)
     unknown = sorted(set(options) - known)
     if unknown:
         raise SpecError(unknown[0], "unknown option")
@@ -157,6 +228,14 @@ def make_spec(**options: object) -> ReplaySpec:
         if isinstance(pols, str | Mapping | Policy):
             pols = [pols]
         vals["policies"] = tuple(parse_policy(p) for p in pols)  # type: ignore[union-attr]
+    if checkpoints is not None or spending is not None:
+        # One schedule for every policy whose rule can take one (anytime policies keep theirs).
+        pols = vals.get("policies", spec.policies)
+        if all(p.rule in ANYTIME_RULES for p in pols):  # type: ignore[union-attr]
+            raise SpecError("checkpoints", "a schedule applies to fixed-sample rules; every policy here is anytime")
+        vals["policies"] = tuple(p if p.rule in ANYTIME_RULES or p.checkpoints is not None
+                                 else with_schedule(p, checkpoints, spending)  # type: ignore[arg-type]
+                                 for p in pols)  # type: ignore[union-attr]
     for key in ("deltas", "budgets", "bootstrap", "a", "floors", "groups", "gap_classes"):
         if key in vals and (isinstance(vals[key], str | int | float) or vals[key] is None):
             vals[key] = (vals[key],)

@@ -20,6 +20,8 @@ class CustomPolicy(BaseModel):
     order: Literal["uniform", "stratified", "cost_ascending", "neyman"]
     rule: Literal["forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime", "anytime_eb"]
     coverage_aware: bool = False
+    checkpoints: list[float] | str | None = Field(default=None, description="This policy's schedule (SPEC §4.4).")
+    spending: str | None = None
 
 
 class ReplayCreate(BaseModel):
@@ -36,6 +38,12 @@ class ReplayCreate(BaseModel):
         default=None, description="Budget fractions, or 'start:stop:step' / '0.1,0.25'."
     )
     orders: int | None = Field(default=None, description="Sampled orders R per pair.")
+    checkpoints: list[float] | str | None = Field(
+        default=None,
+        description="A schedule for every fixed-sample policy (SPEC §4.4): fractions, or '0.02:0.5:0.02,1'. "
+        "At budget k a case ends at its first conclusive checkpoint <= k; budgets report mean_tasks_used.",
+    )
+    spending: str | None = Field(default=None, description="obrien_fleming (default), pocock or none.")
     bootstrap: list[int | Literal["exact"]] | None = Field(default=None, description="Resample counts B.")
     a: list[float] | None = Field(default=None, description="Rule levels.")
     floors: list[Literal["proportional", "slack", "one_per_group", "none"]] | None = None

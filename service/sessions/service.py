@@ -17,6 +17,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from service.decisions import service as decisions
+from service.engine import rules as R
 from service.engine import schedule
 from service.engine.coverage import budget_k, required
 from service.engine.errors import FieldError
@@ -32,7 +33,7 @@ from service.engine.live import (
     next_tasks,
     recommended_order,
 )
-from service.engine.spec import ANYTIME_RULES
+from service.engine.spec import ANYTIME_RULES, schedule_tag
 from service.errors import Conflict, NotFound
 from service.sessions import repository
 from service.sessions.models import LiveSession
@@ -143,6 +144,22 @@ def levels(row: LiveSession, points: list[tuple[float, int]]) -> list[float | No
     return [float(x) for x in schedule.levels([k for _, k in points], row.a, row.spending or "none")]
 
 
+def _guard(universe: Universe, observed: Observed, spec: LiveSpec, kj: int, level: float, result: dict[str, Any],
+           rank: np.ndarray, k_cap: int) -> None:
+    """A checkpoint's conclusion stands only if the schedule's guarded tail agrees
+    (``schedule.GUARD``: what replay runs too); else the checkpoint defers."""
+    if result["decision"] == "defer" or spec.rule not in ("bootstrap", "paired_normal"):
+        return
+    seq = observed.sequence[:kj]
+    d = observed.y_a[seq] - observed.y_b[seq]
+    lat = R.find_lattice(d) or 1
+    v = np.round(d * lat).astype(np.int64)
+    dec, _ = schedule.scheduled_paths(spec.rule, v[None, :], lat, [kj], [level], spec.theta, universe.n)
+    if dec[0] == R.DEFER:
+        result.update(decision="defer", reason="insufficient_evidence", rule_decision="defer",
+                      next=next_tasks(universe, _prefix(observed, kj), spec, rank, k_cap))
+
+
 def _prefix(observed: Observed, k: int) -> Observed:
     return replace(observed, sequence=observed.sequence[:k])
 
@@ -205,6 +222,7 @@ def state(row: LiveSession, rows: list[tuple[str, str, int, float]]) -> dict[str
             # Each checkpoint spends its share of a (SPEC §4.4): the rule is consulted at that level.
             last = live_decision(universe, _prefix(observed, kj), replace(spec, a=level), rank, fixed_checkpoint=True,
                                  checkpoints=ahead, forecast=j == reached - 1)
+            _guard(universe, observed, spec, kj, level, last, rank, k_cap)
             history.append(_entry("checkpoint", b, kj, last, level))
             if last["decision"] != "defer":
                 final = last
@@ -239,8 +257,16 @@ def with_calibration(session: Session, row: LiveSession, st: dict[str, Any]) -> 
     if row.dataset_id is None:
         return st
     choice = decisions.rule_choice(row.policy, row.rule, row.coverage_aware, "anytime")
-    st["current"]["calibration"] = decisions.calibration(session, row.dataset_id, choice, spec_of(row),
-                                                         row.grouping, st["k"] / st["N"])
+    spec, fraction = spec_of(row), st["k"] / st["N"]
+    found = None
+    if row.rule not in ANYTIME_RULES and row.spending:
+        # The replay of this very schedule is the calibration (SPEC §4.4); any other is second best.
+        tag = schedule_tag(sorted(row.budgets), row.spending)
+        own = replace(choice, policy_names=tuple(f"{p}[{tag}]" for p in choice.policy_names))
+        found = decisions.calibration(session, row.dataset_id, own, spec, row.grouping, fraction)
+    if found is None:
+        found = decisions.calibration(session, row.dataset_id, choice, spec, row.grouping, fraction)
+    st["current"]["calibration"] = found
     return st
 
 

@@ -11,7 +11,7 @@ from scipy import stats
 
 from service.engine import rules as R
 from service.engine import schedule as S
-from service.engine.coverage import budget_k
+from service.engine.coverage import budget_k, meets
 from service.engine.errors import FieldError
 
 A = 0.05
@@ -77,33 +77,122 @@ def test_spending_keeps_the_error_under_a_with_26_checkpoints_and_none_does_not(
         dec, stop = S.scheduled_paths(rule, v, 1, KS, S.levels(KS, A, spending), 0.0, N)
         rates[spending] = float(np.mean(dec == R.ACCEPT))
         assert set(np.unique(stop)) <= {*KS, KS[-1] + 1}
-    assert rates["none"] > 2.5 * A, rates
+    assert rates["none"] > 1.5 * A, rates
     assert rates["obrien_fleming"] <= A and rates["pocock"] <= A, rates
 
 
 def test_spending_keeps_the_error_under_a_when_accepting_is_wrong_by_a_margin() -> None:
     """Δ_full = -2 pp (90 wins, 110 losses), Pocock (which spends early): false accepts stay
-    under a for both rules, and without spending they do not."""
+    under a for both rules, and under the level-a-everywhere schedule's."""
     v = _orders(_population(90, 110), 2000, 2)
     for rule in ("bootstrap", "paired_normal"):
         spent = S.scheduled_paths(rule, v, 1, KS, S.levels(KS, A, "pocock"), 0.0, N)[0]
         plain = S.scheduled_paths(rule, v, 1, KS, S.levels(KS, A, "none"), 0.0, N)[0]
-        assert np.mean(spent == R.ACCEPT) <= A < np.mean(plain == R.ACCEPT)
+        assert np.mean(spent == R.ACCEPT) <= min(A, np.mean(plain == R.ACCEPT))
 
 
-def test_scheduled_paths_equal_the_rule_at_each_checkpoint() -> None:
-    """The vectorised schedule equals ``rules.decide`` called checkpoint by checkpoint."""
+def _guarded_decide(rule: str, d: np.ndarray, level: float, n: int) -> int:
+    """schedule.GUARD, independently: the rule on the observed tasks plus one task at the far
+    end against the conclusion the observed mean points to."""
+    if rule in ("serfling", "mcnemar"):
+        return R.decide(rule, d, 0.0, level, n=n).decision
+    if d.sum() > 0:
+        return R.ACCEPT if R.decide(rule, np.r_[d, -1.0], 0.0, level, n=n).decision == R.ACCEPT else R.DEFER
+    return R.REJECT if R.decide(rule, np.r_[d, 1.0], 0.0, level, n=n).decision == R.REJECT else R.DEFER
+
+
+def test_scheduled_paths_equal_the_guarded_rule_at_each_checkpoint() -> None:
+    """The vectorised schedule equals ``rules.decide`` called checkpoint by checkpoint on the
+    observed tasks and the guard task (``schedule.GUARD``)."""
     rng = np.random.default_rng(3)
     ks, lv = [5, 12, 30, 60], S.levels([5, 12, 30, 60], A, "pocock")
     for rule in ("bootstrap", "paired_normal", "serfling", "mcnemar"):
         v = rng.integers(-1, 2, size=(60, 60))
         v[:, :8] = np.where(rng.random((60, 8)) < 0.5, 1, v[:, :8])  # some early conclusions
         dec, stop = S.scheduled_paths(rule, v, 1, ks, lv, 0.0, 60)
+        concluded = 0
         for c in range(len(v)):
             want, at = R.DEFER, 61
             for k, level in zip(ks, lv, strict=True):
-                got = R.decide(rule, v[c, :k].astype(float), 0.0, level, n=60).decision
+                got = _guarded_decide(rule, v[c, :k].astype(float), level, 60)
                 if got != R.DEFER:
                     want, at = got, k
                     break
             assert (dec[c], stop[c]) == (want, at), (rule, c)
+            concluded += want != R.DEFER
+        assert concluded >= 5, rule
+
+
+def test_the_guard_stops_degenerate_early_rejects() -> None:
+    """A pair A wins by 2 pp with sparse discordance (30 wins, 10 losses in 1,000): without the
+    guard the bootstrap at a tiny early level rejects whenever the first tasks hold no win
+    (a tail of exactly 0); with it, wrong rejects stay under a for the whole schedule."""
+    v = _orders(_population(30, 10), 1000, 6)
+    dec, _ = S.scheduled_paths("bootstrap", v, 1, KS, S.levels(KS, A, "obrien_fleming"), 0.0, N)
+    assert np.mean(dec == R.REJECT) <= A
+    unguarded = 0
+    for row in v[:200]:  # the plain rule at the first checkpoint's level (about 1e-43)
+        unguarded += R.decide("bootstrap", row[: KS[0]].astype(float), 0.0, 1e-40).decision == R.REJECT
+    assert unguarded / 200 > 4 * A
+
+
+def test_replay_with_a_schedule_ends_each_case_at_its_first_conclusive_checkpoint() -> None:
+    """Replay of scheduled policies against a direct loop over the plan's own case orders:
+    accept / reject / defer counts and mean tasks used at every budget."""
+    from service.engine.records import parse_records
+    from service.engine.replay import plan_replay, run_replay
+    from service.engine.spec import make_spec
+    from service.engine.synth import generate, to_csv
+
+    records = parse_records(to_csv(generate(n_systems=4, n_tasks=60, n_groups=3, seed=3)).encode(), "csv")
+    spec = make_spec(
+        policies=[
+            {"order": "uniform", "rule": "serfling", "coverage": "no"},
+            {"order": "stratified", "rule": "bootstrap", "coverage": "yes"},
+            "anytime_coverage",
+        ],
+        orders=6,
+        budgets=[0.2, 0.5, 1.0],
+        bootstrap=["exact"],
+        groups=["group"],
+        deltas=[0.0],
+        checkpoints=[0.1, 0.3, 0.6, 1.0],
+        spending="pocock",
+    )
+    plan = plan_replay(records, spec)
+    report = run_replay(records, spec)
+    for c, cfg in enumerate(plan.configs):
+        if cfg.policy.checkpoints is None:
+            assert cfg.policy.rule == "anytime"
+            continue
+        conf = report["configurations"][c]
+        for j, budget in enumerate(conf["budgets"]):
+            counts = {R.ACCEPT: 0, R.REJECT: 0, R.DEFER: 0}
+            used = 0
+            for p in range(plan.n_pairs):
+                n = len(plan.pair_tasks(p))
+                lab = plan.labels(p, cfg.group)
+                cks = sorted({max(1, budget_k(f, n)) for f in cfg.policy.checkpoints})
+                lvls = S.levels(cks, cfg.a, "pocock")
+                k = budget_k(spec.budgets[j], n)
+                for r in range(spec.orders):
+                    order = plan.case_order(p, 0, c)[r]
+                    d = plan.pair_values(p)[order].astype(float) / plan.lattice
+                    got, stop = R.DEFER, k
+                    for kj, level in zip(cks, lvls, strict=True):
+                        if kj > k:
+                            break
+                        sizes = np.bincount(lab, minlength=lab.max() + 1)
+                        ok = meets(cfg.floor, kj, sizes, np.bincount(lab[order[:kj]], minlength=len(sizes)))
+                        verdict = _guarded_decide(cfg.policy.rule, d[:kj], level, n)
+                        if verdict != R.DEFER and (ok or not cfg.policy.coverage_aware):
+                            got, stop = verdict, kj
+                            break
+                    counts[got] += 1
+                    used += stop
+            assert (budget["accept"], budget["reject"], budget["defer"]) == (
+                counts[R.ACCEPT],
+                counts[R.REJECT],
+                counts[R.DEFER],
+            ), (cfg.policy.name, j)
+            assert budget["mean_tasks_used"] == pytest.approx(used / (plan.n_pairs * spec.orders), rel=1e-9)

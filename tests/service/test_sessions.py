@@ -234,14 +234,15 @@ def test_bad_schedules_are_422_naming_the_field(client: TestClient) -> None:
 
 
 def test_tie_population_sessions_follow_the_engine_schedule(client: TestClient) -> None:
-    """Sessions fed in the harness's own random order, 4 tasks per append, 13 checkpoints:
+    """Sessions fed in the harness's own random order, 4 tasks per append, 13 checkpoints, on
+    a tie population and a clearly positive one:
     each one ends with the verdict and at the checkpoint of ``schedule.scheduled_paths`` on
     the same order (the engine simulation in tests/engine/test_schedule.py measures the
     rates), with and without spending."""
     n = 100
     ids = [f"u{i:03d}" for i in range(n)]
-    d = np.r_[np.ones(12), -np.ones(12), np.zeros(n - 24)].astype(np.int64)
-    ya = np.where(d < 0, 0.0, 1.0)
+    tie = np.r_[np.ones(12), -np.ones(12), np.zeros(n - 24)].astype(np.int64)
+    clear = np.r_[np.ones(40), -np.ones(4), np.zeros(n - 44)].astype(np.int64)
     fractions = [round(0.04 * i, 2) for i in range(1, 13)] + [1.0]
     ks = [int(round(f * n)) for f in fractions]
     rng = np.random.default_rng(5)
@@ -249,6 +250,8 @@ def test_tie_population_sessions_follow_the_engine_schedule(client: TestClient) 
     for rep in range(12):
         spending = ("obrien_fleming", "none", "pocock")[rep % 3]
         rule = ("bootstrap", "paired_normal")[rep % 2]
+        d = (tie, clear)[(rep // 2) % 2]
+        ya = np.where(d < 0, 0.0, 1.0)
         s = client.post("/v1/sessions", json={"universe": {"task_ids": ids}, "rule": rule, "spending": spending,
                                               "budgets": fractions, "system_a": "new", "system_b": "old"}).json()
         order = rng.permutation(n)
