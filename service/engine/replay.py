@@ -28,9 +28,8 @@ from functools import cached_property
 import numpy as np
 
 from service import __version__
-from service.engine import classes, diagnostics, selection
+from service.engine import classes, diagnostics, schedule, selection
 from service.engine import rules as R
-from service.engine import schedule
 from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
 from service.engine.errors import FieldError

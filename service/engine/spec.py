@@ -81,7 +81,7 @@ def with_schedule(policy: Policy, checkpoints: Sequence[object] | str | None, sp
             raise SpecError("spending", "spending applies to a schedule: give checkpoints too")
         return policy
     if policy.rule in ANYTIME_RULES:
-        raise SpecError(field, f"policy '{policy.name}': {policy.rule} needs no schedule (it is valid after every task)")
+        raise SpecError(field, f"policy '{policy.name}': {policy.rule} needs no schedule (valid after every task)")
     if policy.order == "neyman":
         raise SpecError(field, f"policy '{policy.name}': a schedule needs a single task order, not neyman")
     fractions = parse_fractions(checkpoints, field) if isinstance(checkpoints, str) else checkpoints
