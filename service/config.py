@@ -65,6 +65,14 @@ class Settings(BaseSettings):
         default=1_000_000_000, ge=1, description="Ceiling of pairs x orders x budgets x configurations x seeds."
     )
 
+    # Serving under load (issue 13): per-process caches of what changes rarely or never.
+    calibration_cache_seconds: float = Field(
+        default=5.0, ge=0, description="How long a dataset decision's calibration rows are reused (0 = ask each time)."
+    )
+    report_cache_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=0, description="Finished reports kept in memory per process (bytes; 0 = none)."
+    )
+
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)

@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.decision_fast_path:  # added first: the trust middleware wraps it
         from service.decisions.fastpath import DecisionFastPath
 
-        app.add_middleware(DecisionFastPath)
+        app.add_middleware(DecisionFastPath, calibration_ttl=settings.calibration_cache_seconds)
     install_trust(app, settings)
     for name in ROUTERS:
         try:

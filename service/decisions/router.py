@@ -51,5 +51,8 @@ async def create_decision(request: Request) -> Response:
     if body.dataset_id is None and not body.forecast:  # a forecast simulates continuations: in a thread
         out = service.decision_json(None, body)
     else:
-        out = await run_in_threadpool(service.decision_json, request.app.state.sessionmaker, body)
+        ttl = request.app.state.settings.calibration_cache_seconds
+        out = await run_in_threadpool(
+            lambda: service.decision_json(request.app.state.sessionmaker, body, calibration_ttl=ttl)
+        )
     return Response(content=out, media_type="application/json")

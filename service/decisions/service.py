@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import lru_cache
 from threading import Lock
@@ -29,6 +32,7 @@ from service.engine.live import (
 from service.engine.records import group_labels
 from service.engine.spec import NAMED_POLICIES, ORDERS
 from service.errors import Unprocessable
+from service.replays import service as replays
 
 
 def unprocessable(exc: LiveError) -> Unprocessable:
@@ -90,6 +94,14 @@ def _live_spec(key: tuple[tuple[type, Any], ...], grid: tuple[tuple[type, Any], 
 
 _UNIVERSES: OrderedDict[tuple[uuid.UUID, str | None], Universe] = OrderedDict()
 _UNIVERSES_LOCK = Lock()
+
+
+def cached_universe(dataset_id: uuid.UUID, group: str | None) -> Universe | None:
+    with _UNIVERSES_LOCK:
+        hit = _UNIVERSES.get((dataset_id, group))
+        if hit is not None:
+            _UNIVERSES.move_to_end((dataset_id, group))
+        return hit
 
 
 def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None) -> Universe:
@@ -194,6 +206,12 @@ def calibration(session: Session, dataset_id: uuid.UUID, choice: RuleChoice, spe
     minimum sufficient budget; ``None`` when there is none."""
     rows = repository.calibration_rows(session, dataset_id, policies=list(choice.policy_names), floor=spec.floor,
                                        delta=spec.delta, a=spec.a, group=group)
+    return calibration_of(rows, choice, spec, group, fraction)
+
+
+def calibration_of(rows: list[dict[str, Any]], choice: RuleChoice, spec: LiveSpec, group: str | None,
+                   fraction: float) -> dict[str, Any] | None:
+    """``calibration`` from the metric rows ``repository.calibration_rows`` returned."""
     if not rows:
         return None
     replay_id = rows[0]["id"]
@@ -218,8 +236,42 @@ def calibration(session: Session, dataset_id: uuid.UUID, choice: RuleChoice, spe
     return out
 
 
-def decide(factory: sessionmaker[Session], body: DecisionCreate) -> dict[str, Any]:
-    """One stateless decision. Opens a (read-only) database session only for a dataset."""
+class NeedsDatabase(Exception):
+    """A dataset decision whose look-ups are not all cached (``decide(..., cached_only=True)``)."""
+
+
+_CALIBRATIONS: OrderedDict[tuple, tuple[float, int, list[dict[str, Any]]]] = OrderedDict()
+
+
+def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, choice: RuleChoice,
+                      spec: LiveSpec, group: str | None, ttl: float, cached_only: bool) -> list[dict[str, Any]]:
+    """``repository.calibration_rows``, kept ``ttl`` seconds per process: a harness on a
+    dataset asks after every task, and the answer changes only when a replay of the dataset
+    finishes (one finished in this process drops the cache at once; elsewhere it shows
+    within ``ttl``)."""
+    key = (dataset_id, choice.policy_names, spec.floor, spec.delta, spec.a, group)
+    now, generation = time.monotonic(), replays.finished_generation()
+    with _UNIVERSES_LOCK:
+        hit = _CALIBRATIONS.get(key)
+    if hit is not None and hit[0] > now and hit[1] == generation:
+        return hit[2]
+    if cached_only:
+        raise NeedsDatabase
+    rows = repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
+                                       floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
+    if ttl > 0:
+        with _UNIVERSES_LOCK:
+            _CALIBRATIONS[key] = (now + ttl, generation, rows)
+            _CALIBRATIONS.move_to_end(key)
+            while len(_CALIBRATIONS) > 256:
+                _CALIBRATIONS.popitem(last=False)
+    return rows
+
+
+def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calibration_ttl: float = 0.0,
+           cached_only: bool = False) -> dict[str, Any]:
+    """One stateless decision. Opens a (read-only) database session only for a dataset whose
+    universe or calibration is not cached; ``cached_only`` raises ``NeedsDatabase`` instead."""
     try:
         check_systems(body.system_a, body.system_b)
         choice = resolve_rule(body, "bootstrap")
@@ -234,23 +286,39 @@ def decide(factory: sessionmaker[Session], body: DecisionCreate) -> dict[str, An
             return out
         if body.universe is not None:
             raise LiveError("universe", "give the task universe or a dataset_id, not both")
-        with factory() as session:
-            universe = dataset_universe(session, body.dataset_id, body.group)
+        with ExitStack() as stack:
+            opened: list[Session] = []
+
+            def session_of() -> Session:
+                if not opened:
+                    if factory is None:
+                        raise NeedsDatabase
+                    opened.append(stack.enter_context(factory()))
+                return opened[0]
+
+            universe = cached_universe(body.dataset_id, body.group)
+            if universe is None:
+                if cached_only:
+                    raise NeedsDatabase
+                universe = dataset_universe(session_of(), body.dataset_id, body.group)
             observed = observed_of(body, universe)
+            cal = None
+            if body.calibration:  # looked up before deciding: a cache miss costs no wasted decision
+                rows = _calibration_rows(session_of, body.dataset_id, choice, spec, body.group, calibration_ttl,
+                                         cached_only)
+                cal = calibration_of(rows, choice, spec, body.group, observed.k / universe.n)
             out = live_decision(universe, observed, spec, forecast=body.forecast)
-            out["calibration"] = (
-                calibration(session, body.dataset_id, choice, spec, body.group, observed.k / universe.n)
-                if body.calibration else None
-            )
+            out["calibration"] = cal
             return out
     except LiveError as exc:
         raise unprocessable(exc) from None
 
 
-def decision_json(factory: sessionmaker[Session] | None, body: DecisionCreate) -> bytes:
+def decision_json(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calibration_ttl: float = 0.0,
+                  cached_only: bool = False) -> bytes:
     """``decide`` as the response bytes (the route and ``fastpath`` answer through this).
 
     pydantic-core's encoder: a third of ``json.dumps``'s time here. The engine emits only
     JSON types and UUIDs (non-finite floats are already None), so anything else fails
     loudly instead of turning into a string."""
-    return to_json(decide(factory, body))  # type: ignore[arg-type]
+    return to_json(decide(factory, body, calibration_ttl=calibration_ttl, cached_only=cached_only))  # type: ignore[arg-type]

@@ -295,6 +295,9 @@ def delete_replays(session: Session, replay_ids: Sequence[uuid.UUID]) -> None:
     ids = list(replay_ids)
     if not ids:
         return
+    from service.replays.report_cache import CACHE
+
+    CACHE.forget(ids)  # this process stops serving their reports at once (others within the cache TTL)
     session.execute(sql_delete(MetricRow.__table__).where(MetricRow.__table__.c.replay_id.in_(ids)))
     session.execute(sql_delete(ReplayPairTable.__table__).where(ReplayPairTable.__table__.c.replay_id.in_(ids)))
     session.execute(sql_delete(ReplayChunk.__table__).where(ReplayChunk.__table__.c.replay_id.in_(ids)))

@@ -5,12 +5,17 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
+from service.auth.ownership import current_owner
+from service.db import transaction
 from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import pairs, repository, service
 from service.replays.filters import check_metric_filters
+from service.replays.report_cache import CACHE
 from service.replays.schemas import (
     MetricPage,
     MetricRowRead,
@@ -88,16 +93,10 @@ _REPORT_RESPONSES = {
     summary="The report: the same bytes `sufficiency replay --format json --no-per-pair` prints",
     description="Per-pair rows are not in it: `GET /v1/replays/{id}/pairs` serves them by page.",
 )
-def get_report(
-    replay_id: uuid.UUID, session: SessionDep, if_none_match: Annotated[str | None, Header()] = None
+async def get_report(
+    replay_id: uuid.UUID, request: Request, if_none_match: Annotated[str | None, Header()] = None
 ) -> Response:
-    replay = service.get(session, replay_id)
-    if replay.status == "succeeded" and replay.report_etag and _not_modified(if_none_match, replay.report_etag):
-        return Response(status_code=304, headers={"ETag": replay.report_etag})
-    replay = service.finished_report(session, replay_id)
-    return Response(
-        replay.report_json, media_type="application/json", headers={"ETag": replay.report_etag or ""}
-    )
+    return await _report_response(request, replay_id, "json", if_none_match)
 
 
 @router.get(
@@ -105,15 +104,43 @@ def get_report(
     responses={200: {"content": {"text/csv": {}}, "description": "The report as CSV"}, **_REPORT_RESPONSES},
     response_class=Response,
 )
-def get_report_csv(
-    replay_id: uuid.UUID, session: SessionDep, if_none_match: Annotated[str | None, Header()] = None
+async def get_report_csv(
+    replay_id: uuid.UUID, request: Request, if_none_match: Annotated[str | None, Header()] = None
 ) -> Response:
-    replay = service.finished_report(session, replay_id)
-    body = replay.report_csv or b""
-    etag = service.etag_of(body)
-    if _not_modified(if_none_match, etag):
+    return await _report_response(request, replay_id, "csv", if_none_match)
+
+
+_MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8"}
+
+
+async def _report_response(request: Request, replay_id: uuid.UUID, kind: str, if_none_match: str | None) -> Response:
+    """Served from this process's cache of finished reports on the event loop when it has
+    them (``report_cache``), else read in a thread (and kept)."""
+    CACHE.max_bytes = request.app.state.settings.report_cache_bytes
+    hit = CACHE.get(replay_id, kind, current_owner())
+    if hit is not None:
+        etag, body = hit.etag, hit.body
+    else:
+        etag, body = await run_in_threadpool(_load_report, request.app.state.sessionmaker, replay_id, kind,
+                                             if_none_match)
+    if body is None or _not_modified(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
-    return Response(body, media_type="text/csv; charset=utf-8", headers={"ETag": etag})
+    return Response(body, media_type=_MEDIA[kind], headers={"ETag": etag})
+
+
+def _load_report(factory: sessionmaker[Session], replay_id: uuid.UUID, kind: str,
+                 if_none_match: str | None) -> tuple[str, bytes | None]:
+    """``(etag, bytes)`` from the database (``bytes`` None: a 304 known from the ETag alone)."""
+    with transaction(factory, write=False) as session:
+        if kind == "json":
+            replay = service.get(session, replay_id)
+            if replay.status == "succeeded" and replay.report_etag and _not_modified(if_none_match, replay.report_etag):
+                return replay.report_etag, None
+        replay = service.finished_report(session, replay_id)
+        body = (replay.report_json if kind == "json" else replay.report_csv) or b""
+        etag = (replay.report_etag or "") if kind == "json" else service.etag_of(body)
+        CACHE.put(replay.id, kind, replay.owner, etag, body)
+        return etag, body
 
 
 @router.get(

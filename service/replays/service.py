@@ -180,5 +180,19 @@ def finished_report(session: Session, replay_id: uuid.UUID) -> Replay:
     return replay
 
 
+_FINISHED = [0]
+
+
+def finished_generation() -> int:
+    """Bumped whenever this process finishes a replay: caches of data derived from finished
+    replays (decision calibration) compare it to drop what a new replay may change."""
+    return _FINISHED[0]
+
+
+def note_finished() -> None:
+    with _PLANS_LOCK:
+        _FINISHED[0] += 1
+
+
 def etag_of(body: bytes) -> str:
     return f'"{hashlib.sha256(body).hexdigest()[:32]}"'

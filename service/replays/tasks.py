@@ -160,6 +160,7 @@ def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
                 return
             if repository.count_done(session, rid) < replay.n_chunks:
                 return
+            replays.note_finished()  # before the commit and after it: no cache keeps the old answer
             blobs = repository.chunk_results(session, rid)
             plan = replays.plan_for(session, replay)
             chunks = [ChunkResult.from_bytes(b) for b in blobs]
@@ -174,6 +175,7 @@ def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
             replay.status = SUCCEEDED
             replay.finished_at = utcnow()
             repository.add_metric_rows(session, rid, metric_rows(report))
+        replays.note_finished()
     except Exception as exc:
         if is_transient(exc):
             raise

@@ -205,3 +205,47 @@ def test_the_fast_path_is_behind_authentication(tmp_path) -> None:  # noqa: ANN0
     with TestClient(app) as c:
         r = c.post("/v1/decisions", json=_compact(seq, ya, yb))
     assert r.status_code == 401 and r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_dataset_decisions_reuse_calibration_for_its_ttl_and_take_the_fast_path(backend: dict, monkeypatch) -> None:  # noqa: ANN001
+    """Calibration rows are kept ``calibration_cache_seconds`` per process (a replay finished in
+    this process drops them at once, see above); a change made elsewhere shows after the TTL.
+    Once cached, the fast path answers with the route's bytes."""
+    import time
+
+    from service.decisions import service
+    from service.main import create_app
+    from service.replays.models import MetricRow
+    from tests.service.conftest import make_settings
+
+    settings = make_settings(**backend, calibration_cache_seconds=1.0)
+    with TestClient(create_app(settings)) as client:
+        content = synth_csv(seed=41)
+        ds = upload(client, content)
+        records = parse_records(content)
+        a, b = records.systems[0], records.systems[1]
+        outcomes = {s: {t: float(records.y[i, j]) for j, t in enumerate(records.tasks[:20])}
+                    for i, s in ((0, a), (1, b))}  # fmt: skip
+        body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b, "outcomes": outcomes}
+        spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 5, "groups": ["group"], "bootstrap": [20]}
+        rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()["id"]
+        assert wait_for(client, rid)["status"] == "succeeded"
+        routed = []
+        real = service.decision_json
+
+        def spy(factory, body, **kw):  # noqa: ANN001, ANN003, ANN202
+            routed.append(kw.get("cached_only", False))
+            return real(factory, body, **kw)
+
+        monkeypatch.setattr(service, "decision_json", spy)
+        first = client.post("/v1/decisions", json=body)
+        second = client.post("/v1/decisions", json=body)
+        monkeypatch.undo()
+        assert first.status_code == second.status_code == 200
+        assert first.content == second.content and first.json()["calibration"]["replay_id"] == rid
+        assert routed == [True, False, True]  # cold: fast path declines, the route looks up; warm: fast path
+        with client.app.state.sessionmaker.begin() as session:  # as if another process changed the rows
+            session.query(MetricRow).delete()
+        assert client.post("/v1/decisions", json=body).json()["calibration"] is not None  # within the TTL
+        time.sleep(1.1)
+        assert client.post("/v1/decisions", json=body).json()["calibration"] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 
 import pytest
 from fastapi.testclient import TestClient
@@ -311,3 +312,33 @@ def test_sweep_resends_jobs_whose_message_was_lost(backend: dict) -> None:
         runner.send = real_send
         sweep(runner.ctx)
         assert wait_for(c, rid)["status"] == "succeeded"
+
+
+def test_reports_are_served_from_memory_until_deleted(client: TestClient, monkeypatch) -> None:  # noqa: ANN001
+    """A finished report is kept per process and answered without the database; deleting its
+    replay here stops that at once, a deletion the cache did not see stops it after the TTL."""
+    from service.replays.models import Replay
+    from service.replays.report_cache import CACHE
+
+    content = synth_csv(seed=42)
+    ds = upload(client, content)
+    rid = _submit(client, ds["id"], **SMALL_SPEC)["id"]
+    assert wait_for(client, rid)["status"] == "succeeded"
+    first = client.get(f"/v1/replays/{rid}/report")
+    csv = client.get(f"/v1/replays/{rid}/report.csv")
+    factory = client.app.state.sessionmaker
+    with factory.begin() as session:  # behind the cache's back: the cached bytes are still served
+        session.get(Replay, uuid.UUID(rid)).report_json = b"{}"
+    again = client.get(f"/v1/replays/{rid}/report")
+    assert again.content == first.content and again.headers["etag"] == first.headers["etag"]
+    assert client.get(f"/v1/replays/{rid}/report.csv").content == csv.content
+    r = client.get(f"/v1/replays/{rid}/report", headers={"If-None-Match": first.headers["etag"]})
+    assert r.status_code == 304 and r.headers["etag"] == first.headers["etag"]
+    monkeypatch.setattr(CACHE, "ttl", 0.0)  # entries expire: the database is asked again
+    CACHE.forget([uuid.UUID(rid)])
+    assert client.get(f"/v1/replays/{rid}/report").content == b"{}"
+    monkeypatch.undo()
+    assert client.get(f"/v1/replays/{rid}/report").content == b"{}"  # cached again, now with what is stored
+    assert client.delete(f"/v1/datasets/{ds['id']}", params={"with_replays": "true"}).status_code == 200
+    assert client.get(f"/v1/replays/{rid}/report").status_code == 404
+    assert client.get(f"/v1/replays/{rid}/report.csv").status_code == 404
