@@ -269,6 +269,20 @@ def metric_page(
     return list(rows), total
 
 
+def sufficient_budgets(session: Session, replay_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[MetricRow]]:
+    """Each replay's ``minimum_sufficient_budget`` rows, one per configuration in report order
+    (for lists: one indexed query instead of loading every report)."""
+    out: dict[uuid.UUID, list[MetricRow]] = {rid: [] for rid in replay_ids}
+    if not replay_ids:
+        return out
+    stmt = (select(MetricRow)
+            .where(MetricRow.replay_id.in_(list(replay_ids)), MetricRow.metric == "minimum_sufficient_budget")
+            .order_by(MetricRow.replay_id, MetricRow.id))
+    for row in session.scalars(stmt):
+        out[row.replay_id].append(row)
+    return out
+
+
 @dataclass(frozen=True)
 class DatasetUse:
     id: uuid.UUID

@@ -34,7 +34,7 @@ from service.replays import repository as replays_repo
 from service.replays import service as replays
 from service.replays.models import FINISHED
 from service.replays.schemas import ReplayCreate
-from service.reports import figures, view
+from service.reports import class_figures, figures, view
 from service.reports import service as reports
 
 router = APIRouter(include_in_schema=False)
@@ -108,14 +108,18 @@ def _index(
     items, total = datasets_repo.page(session, limit=200, offset=0)
     runs, runs_total = replays_repo.page(session, limit=100, offset=0)
     done = replays_repo.done_counts(session, [r.id for r in runs])
+    budgets = replays_repo.sufficient_budgets(session, [r.id for r in runs])
     names = {d.id: d.name for d in items}
     replay_rows = []
     for r in runs:
         read = replays.to_read(r, done[r.id])
         policies = ", ".join(p["name"] for p in r.spec.get("policies", []))
         deltas = ", ".join(f"{d:g}" for d in r.spec.get("deltas", []))
+        msb = [(f"{m.policy} δ={m.delta:g}" + (f" {m.grouping}" if m.grouping else ""), view.fmt_budget(m.value))
+               for m in budgets[r.id]]
         replay_rows.append({"r": read, "dataset": names.get(r.dataset_id, str(r.dataset_id)[:8]),
-                            "policies": policies, "deltas": deltas})
+                            "policies": policies, "deltas": deltas, "msb": msb,
+                            "pairs": r.spec.get("pairs", "all")})
     group_columns = sorted({c["name"] for d in items for c in d.summary.get("group_columns", [])})
     chosen = selected or (str(items[0].id) if items else "")
     advice = _grouping_advice(session, next((d for d in items if str(d.id) == chosen), None))
@@ -268,6 +272,36 @@ def start_replay(
 # --------------------------------------------------------------------------- the report page
 
 
+@router.get("/replays/compare", response_class=HTMLResponse)
+def compare_page(
+    session: SessionDep, ids: Annotated[list[str] | None, Query(max_length=view.MAX_COMPARED)] = None
+) -> HTMLResponse:
+    """Two or more finished replays of one dataset side by side (declared before
+    ``/replays/{id}`` so that ``compare`` is not read as an id)."""
+    wanted = list(dict.fromkeys(ids or []))
+
+    def refuse(message: str) -> HTMLResponse:
+        return render("error.html", 422, title="Cannot compare", message=message)
+
+    if not 2 <= len(wanted) <= view.MAX_COMPARED:
+        return refuse(f"Pick between 2 and {view.MAX_COMPARED} finished replays of one dataset (got {len(wanted)}).")
+    loaded = []
+    for raw in wanted:
+        try:
+            replay, report = reports.replay_with_report(session, uuid.UUID(raw))
+        except (ValueError, NotFound):
+            return refuse(f"There is no replay {raw[:40]}.")
+        if report is None:
+            return refuse(f"Replay {raw[:8]} is {replay.status}; only finished replays have budgets to compare.")
+        loaded.append((replay, report))
+    if len({r.dataset_id for r, _ in loaded}) > 1:
+        return refuse("These replays are of different datasets; a comparison needs the same records.")
+    dataset = datasets_repo.get(session, loaded[0][0].dataset_id)
+    table = view.comparison([(str(r.id)[:8], rep) for r, rep in loaded])
+    return render("compare.html", title="Compare replays", dataset=dataset, replays=[r for r, _ in loaded],
+                  table=table, targets=loaded[0][1]["targets"])
+
+
 @router.get("/replays/{replay_id}", response_class=HTMLResponse)
 def replay_page(
     replay_id: str,
@@ -322,7 +356,11 @@ def replay_page(
             q=q,
             budgets=report["spec"]["budgets"],
             labels=[view.series_label(c, dims, with_delta=True) for c in confs],
+            class_figures=[(n, class_figures.TITLES[n], class_figures.CAPTIONS[n]) for n in class_figures.NAMES],
         )
+        context["diagnostics"] = view.diagnostic_items(report, context["labels"])
+        for row in rows:
+            row["gaps"] = view.gap_cells(row["conf"])
     return render("replay.html", **context)
 
 

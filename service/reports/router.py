@@ -17,7 +17,7 @@ from service.reports import service as reports
 
 router = APIRouter(prefix="/v1/replays", tags=["reports"])
 
-FigureName = Literal["unresolved", "errors", "coverage"]
+FigureName = Literal["unresolved", "errors", "coverage", "classes", "oc"]
 
 # An SVG opened on its own is a document: no scripts, no remote loads, styles inline only.
 FIGURE_HEADERS = {
@@ -45,13 +45,15 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
         304: {"description": "Not modified (If-None-Match matched the ETag)"},
         **responses(NotFound, Conflict, Unprocessable),
     },
-    summary="A report figure (unresolved, errors, coverage) as SVG or PNG",
+    summary="A report figure (unresolved, errors, coverage, classes, oc) as SVG or PNG",
     description=(
         "Drawn with matplotlib from the stored report: one panel per δ, one line per configuration, "
         "against the task budget. `unresolved`: defer rate with the η band and each minimum sufficient "
         "budget marked; `errors`: false accept (solid) and false reject (dashed) with the α band; "
         "`coverage`: coverage failure with the γ band. `delta` (repeatable) limits the panels; "
-        "a δ the replay does not have is a 422 listing its thresholds."
+        "a δ the replay does not have is a 422 listing its thresholds. Of one configuration (`config`): "
+        "`classes`: defer rate per |Δ_full| gap class with each class's minimum sufficient budget; `oc`: the "
+        "operating characteristic, P(accept) and P(defer) against Δ_full − δ at up to six budgets."
     ),
 )
 def get_figure(
@@ -60,13 +62,16 @@ def get_figure(
     fmt: Literal["svg", "png"],
     session: SessionDep,
     delta: Annotated[list[float] | None, Query(description="Only these δ panels (pp)")] = None,
+    config: Annotated[
+        int, Query(ge=0, le=1_000_000, description="Configuration index (classes, oc), in report order.")
+    ] = 0,
     if_none_match: Annotated[str | None, Header()] = None,
 ) -> Response:
     replay = replays.get(session, replay_id)
     check_deltas(replay.spec, delta, replay_id)
     if replay.status == SUCCEEDED and replay.report_etag:
-        etag = reports.figure_etag(replay, name, fmt, delta)
+        etag = reports.figure_etag(replay, name, fmt, delta, config)
         if _matches(if_none_match, etag):
             return Response(status_code=304, headers={"ETag": etag, **FIGURE_HEADERS})
-    body, etag = reports.figure_bytes(session, replay_id, name, fmt, delta)
+    body, etag = reports.figure_bytes(session, replay_id, name, fmt, delta, config)
     return Response(body, media_type=figures.MEDIA_TYPES[fmt], headers={"ETag": etag, **FIGURE_HEADERS})

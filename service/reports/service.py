@@ -15,10 +15,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.errors import Conflict
+from service.errors import Conflict, Unprocessable
 from service.replays import service as replays
 from service.replays.models import SUCCEEDED, Replay
-from service.reports import figures
+from service.reports import class_figures, figures
 
 
 class _LRU:
@@ -60,25 +60,36 @@ def replay_with_report(session: Session, replay_id: uuid.UUID) -> tuple[Replay, 
     return replay, report
 
 
-def figure_etag(replay: Replay, name: str, fmt: str, deltas: list[float] | None) -> str:
+def figure_etag(replay: Replay, name: str, fmt: str, deltas: list[float] | None, config: int = 0) -> str:
     """Derived from the report's ETag and the drawing code, so a 304 needs no rendering."""
     import matplotlib
 
     sel = "all" if not deltas else ",".join(f"{d:g}" for d in sorted(deltas))
+    if name in class_figures.NAMES:  # one configuration's figure
+        sel = f"config={config}"
     raw = f"{replay.report_etag}|{name}|{fmt}|{sel}|{figures.RENDERER_VERSION}|{matplotlib.__version__}"
     return f'"fig-{hashlib.sha256(raw.encode()).hexdigest()[:32]}"'
 
 
 def figure_bytes(
-    session: Session, replay_id: uuid.UUID, name: str, fmt: figures.Format, deltas: list[float] | None
+    session: Session, replay_id: uuid.UUID, name: str, fmt: figures.Format, deltas: list[float] | None,
+    config: int = 0,
 ) -> tuple[bytes, str]:
-    """Figure ``name`` of a finished replay as ``(bytes, etag)``."""
+    """Figure ``name`` of a finished replay as ``(bytes, etag)``; ``config`` picks the
+    configuration of the gap-class figures (``classes``, ``oc``)."""
     replay, report = replay_with_report(session, replay_id)
     if report is None:
         raise Conflict(f"replay {replay_id} is {replay.status}; figures exist once it has succeeded")
-    etag = figure_etag(replay, name, fmt, deltas)
+    n_conf = len(report["configurations"])
+    if name in class_figures.NAMES and not 0 <= config < n_conf:
+        raise Unprocessable([{"field": "config", "message": f"config is an index in [0, {n_conf}): the replay has "
+                              f"{n_conf} configuration(s), in report order"}])
+    etag = figure_etag(replay, name, fmt, deltas, config)
     body = _FIGURES.get(etag)
     if body is None:
-        body = figures.render(report, name, fmt, deltas)
+        if name in class_figures.NAMES:
+            body = class_figures.render(report, name, fmt, config)
+        else:
+            body = figures.render(report, name, fmt, deltas)
         _FIGURES.put(etag, body)
     return body, etag

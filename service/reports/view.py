@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from service.engine.pairs import PairTable
 
 # The dimensions a configuration is swept over (besides the policy); a page or figure names
@@ -175,14 +177,60 @@ def pair_page(
     Each row gets ``cells``: per budget ``(accept, reject, defer)`` shares."""
     sort = sort if sort in PAIR_SORTS else "abs_delta"
     order = "desc" if order == "desc" else "asc"
+    lead, partner = unordered(table)
     idx = table.select(query=query, sort=sort, descending=order == "desc")
+    idx = idx[lead[idx]]
     pages = max(1, math.ceil(len(idx) / per_page))
     page = min(max(1, page), pages)
+    shown = idx[(page - 1) * per_page : page * per_page]
+    back = partner[shown]
+    back_rows = iter(table.rows(back[back >= 0]))
     out = []
-    for p in table.rows(idx[(page - 1) * per_page : page * per_page]):
+    for p, q in zip(table.rows(shown), back.tolist(), strict=True):
         cells = list(zip(p["accept"], p["reject"], p["defer"], strict=True))
-        out.append({**p, "cells": cells})
-    return PairPage(rows=out, total=len(table), matched=len(idx), page=page, pages=pages, sort=sort, order=order)
+        rev = next(back_rows) if q >= 0 else None
+        rcells = list(zip(rev["accept"], rev["reject"], rev["defer"], strict=True)) if rev else None
+        out.append({**p, "cells": cells, "rcells": rcells})
+    return PairPage(rows=out, total=int(lead.sum()), matched=len(idx), page=page, pages=pages, sort=sort, order=order)
+
+
+def unordered(table: PairTable) -> tuple[np.ndarray, np.ndarray]:
+    """Each unordered pair once: ``lead[i]`` is true for the orientation shown (A has the higher
+    full mean; on a tie the smaller name, as SPEC §2's one_per_pair), ``partner[i]`` the index
+    of the other orientation (``-1`` when the table has only one)."""
+    where = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(table.a.tolist(), table.b.tolist(), strict=True))}
+    partner = np.array([where.get((b, a), -1) for a, b in zip(table.a.tolist(), table.b.tolist(), strict=True)],
+                       dtype=np.intp)
+    names = table.systems
+    first = np.array([d > 0 or (d == 0 and names[a] < names[b])
+                      for a, b, d in zip(table.a.tolist(), table.b.tolist(), table.delta_full.tolist(), strict=True)],
+                     dtype=bool)
+    lead = (partner < 0) | first
+    return lead, partner
+
+
+def gap_cells(conf: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per gap class of a configuration: its label, pairs, minimum sufficient budget and the
+    tasks that budget means (SPEC §5.1): the "tasks needed by gap size" table."""
+    out = []
+    for c in conf.get("gap_classes", []):
+        point = budget_at(c, c["minimum_sufficient_budget"])
+        out.append({
+            "label": f"[{c['low']:g}, {c['high']:g})",
+            "pairs": c["pairs"],
+            "msb": c["minimum_sufficient_budget"],
+            "k": point["k_mean"] if point else None,
+            "ecb": c["error_coverage_budget"],
+        })
+    return out
+
+
+def diagnostic_items(report: dict[str, Any], labels: list[str]) -> list[dict[str, Any]]:
+    """Every diagnostic of the report, the configuration-level ones labelled with their series."""
+    items = [{"where": "whole report", "index": None, **d} for d in report.get("diagnostics", [])]
+    for i, c in enumerate(report["configurations"]):
+        items += [{"where": labels[i], "index": i, **d} for d in c.get("diagnostics", [])]
+    return items
 
 
 def spec_items(spec: dict[str, Any]) -> list[tuple[str, str]]:
@@ -209,4 +257,38 @@ def spec_items(spec: dict[str, Any]) -> list[tuple[str, str]]:
         ("orientation", str(spec["orientation"])),
         ("min task coverage", _key(spec["min_task_coverage"])),
         ("targets", f"α = {spec['alpha']:g}, γ = {spec['gamma']:g}, η = {spec['eta']:g}"),
+        ("pairs", str(spec.get("pairs", "all"))),
+        ("gap classes (pp)", join(spec.get("gap_classes", []))),
     ]
+
+
+MAX_COMPARED = 8
+
+
+def comparison(reports: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Replays of one dataset side by side: one column per (replay, configuration), one row
+    per tested budget (the union of the replays' grids; "–" where a replay did not test it)."""
+    columns = []
+    for rid, rep in reports:
+        dims = varying_dimensions(rep)
+        for c in rep["configurations"]:
+            columns.append({"replay": rid, "label": series_label(c, dims, with_delta=True), "conf": c,
+                            "selection": rep["spec"].get("pairs", "all"),
+                            "by_budget": {round(b["budget"], 10): b for b in c["budgets"]}})
+    grid = sorted({b for col in columns for b in col["by_budget"]})
+    same = len({tuple(rep["spec"]["budgets"]) for _, rep in reports}) == 1
+    rows = [{"budget": b, "cells": [col["by_budget"].get(b) for col in columns]} for b in grid]
+    labels: list[str] = []
+    for col in columns:
+        for g in col["conf"].get("gap_classes", []):
+            lab = f"[{g['low']:g}, {g['high']:g})"
+            if lab not in labels:
+                labels.append(lab)
+    gaps = []
+    for lab in labels:
+        cells = []
+        for col in columns:
+            g = next((g for g in col["conf"].get("gap_classes", []) if f"[{g['low']:g}, {g['high']:g})" == lab), None)
+            cells.append(None if g is None else {"msb": g["minimum_sufficient_budget"], "pairs": g["pairs"]})
+        gaps.append({"label": lab, "cells": cells})
+    return {"columns": columns, "rows": rows, "same_budgets": same, "gaps": gaps}

@@ -61,8 +61,16 @@ def test_form_does_not_preselect_an_infeasible_grouping_and_says_why(client: Tes
 
 def test_form_passes_the_pair_selection(client: TestClient) -> None:
     ds = upload(client, synth_csv(seed=34, n_systems=4, n_tasks=30))
-    form = {"dataset_id": ds["id"], "policies": ["uniform_forced"], "deltas": "0", "orders": "4",
-            "budgets": "0.5", "group": "", "seed": "0", "pairs": "top:3"}
+    form = {
+        "dataset_id": ds["id"],
+        "policies": ["uniform_forced"],
+        "deltas": "0",
+        "orders": "4",
+        "budgets": "0.5",
+        "group": "",
+        "seed": "0",
+        "pairs": "top:3",
+    }
     bad = client.post("/replays", data={**form, "pairs": "best:3"})
     assert bad.status_code == 422 and "unknown selection term" in bad.text
     started = client.post("/replays", data=form, follow_redirects=False)
