@@ -228,7 +228,14 @@ def test_report_page_in_chromium(live_server: str, browser: CDP) -> None:
     assert table and table["rows"] == 4, table
     assert table["cells"][0] == "coverage_bootstrap" and ("%" in table["cells"][2] or table["cells"][2] == "none")
     pairs = browser.evaluate("document.querySelectorAll('#pair-table tbody tr').length")
-    assert pairs == 30
+    assert pairs == 15  # 30 directed pairs, each unordered pair shown once with both directions
+    class_images = browser.evaluate("""
+        Promise.all(Array.from(document.querySelectorAll('#gap-classes img')).map(img =>
+            img.complete ? img : new Promise(done => { img.onload = img.onerror = () => done(img); })))
+        .then(imgs => imgs.map(img => ({src: img.getAttribute('src'), w: img.naturalWidth})))
+    """)
+    assert [i["src"].rsplit("/", 1)[1] for i in class_images] == ["classes.svg?config=0", "oc.svg?config=0"]
+    assert all(i["w"] > 300 for i in class_images), class_images
     # the system named like a script tag is text on the page, and no such element exists
     browser.navigate(f"{live_server}/replays/{rid}?q=alert#pairs")
     found = browser.evaluate("""(() => ({
