@@ -57,13 +57,18 @@ def _tables(values: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray]:
     return cos, nsin
 
 
-def _window(n: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Real and imaginary parts of ``G_j = Σ_{s=lo}^{hi} e^{iω_j s}``, ``j = 1 .. (n-1)//2``."""
+@lru_cache(maxsize=1024)
+def _window(n: int, lo: int, hi: int) -> np.ndarray:
+    """``G_j = Σ_{s=lo}^{hi} e^{iω_j s}`` for ``j = 1 .. (n-1)//2``, interleaved as
+    ``(Re G_j, -Im G_j)`` so that ``Re(ψ_j·G_j)`` is one real dot product with ψ's floats."""
     j = np.arange(1, (n - 1) // 2 + 1, dtype=np.int64)
     count = hi - lo + 1
     amp = np.sin(((j * count) % (2 * n)).astype(np.float64) * (math.pi / n)) / np.sin(j * (math.pi / n))
     mid = ((j * (lo + hi)) % (2 * n)).astype(np.float64) * (math.pi / n)  # ω_j·(lo+hi)/2
-    return amp * np.cos(mid), amp * np.sin(mid)
+    g = np.empty(2 * len(j))
+    g[0::2], g[1::2] = amp * np.cos(mid), -amp * np.sin(mid)
+    g.flags.writeable = False
+    return g
 
 
 def _fourier_cdf(
@@ -77,9 +82,7 @@ def _fourier_cdf(
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
-    g_re, g_im = _window(n, lo, c)
-    g = np.empty(2 * m)  # interleaved (Re G, -Im G): Re(ψ·G) as one real dot with ψ's floats
-    g[0::2], g[1::2] = g_re, -g_im
+    g = _window(n, lo, c)
     thr = eps ** (2.0 / k)
     rows_per = max(1, _BLOCK // m)
     for i in range(0, len(pmf), rows_per):
@@ -167,8 +170,12 @@ def bennett_bracket(
     with np.errstate(divide="ignore", invalid="ignore"):
         var_sum = kq_ss / np.maximum(k, 1.0) * (1.0 + 1e-12)
         mean = s / np.maximum(k, 1.0)
-    hi = _bennett(s - c, var_sum, (mean - vlo) * (1.0 + 1e-12))  # P(S <= c) = P(s - S >= s - c)
-    lo = 1.0 - _bennett(c + 1.0 - s, var_sum, (vhi - mean) * (1.0 + 1e-12))  # P(S >= c+1)
+    hi = np.ones(len(s))
+    lo = np.zeros(len(s))
+    below = np.flatnonzero(s > c)  # c below the mean: P(S <= c) = P(s - S >= s - c)
+    hi[below] = _bennett(s[below] - c[below], var_sum[below], (mean[below] - vlo[below]) * (1.0 + 1e-12))
+    above = np.flatnonzero(c + 1.0 > s)  # c + 1 above the mean: 1 - P(S <= c) = P(S >= c + 1)
+    lo[above] = 1.0 - _bennett(c[above] + 1.0 - s[above], var_sum[above], (vhi[above] - mean[above]) * (1.0 + 1e-12))
     hi = np.minimum(1.0, hi * (1.0 + SLACK) + SLACK)
     lo = np.maximum(0.0, lo * (1.0 - SLACK) - SLACK)
     below = c < k * vlo
@@ -222,36 +229,39 @@ def approx_bracket(
     need = np.maximum(
         c - s + _bernstein_reach(var_sum, b_lo, log_inv), s - c + _bernstein_reach(var_sum, b_hi, log_inv)
     )
-    half = 2 ** np.ceil(np.log2(np.maximum(need, 1.0))).astype(np.int64)
+    need = np.maximum(need, 1.0)
+    step = 2 ** np.maximum(np.floor(np.log2(need)).astype(np.int64) - 1, 0)  # two window sizes per octave
+    half = (np.ceil(need / step) * step).astype(np.int64)
     exact_n = span * k + 1
     use_exact = 2 * half + 1 >= exact_n
     half = np.where(use_exact, 0, half)
-    lo = np.empty(len(hist))
-    hi = np.empty(len(hist))
-    order = np.lexsort((var_sum, half, c, k))  # similar rows together: similar decay of |φ|
+    # mass outside the window [c - A, c + A], per row (zero when the window holds the support)
+    aliased = half > 0
+    e_lo = np.where(aliased, _bennett(s - (c - half - 1), var_sum, b_lo), 0.0)  # P(S <= c-A-1)
+    e_hi = np.where(aliased, _bennett((c + half + 1) - s, var_sum, b_hi), 0.0)  # P(S >= c+A+1)
+    val = np.empty(len(hist))
+    err = np.empty(len(hist))
+    order = np.lexsort((half, c, k))
     key = np.stack([k[order], c[order], half[order]])
     edges = np.flatnonzero(np.r_[True, np.any(key[:, 1:] != key[:, :-1], axis=0), True])
+    low_v = int(values.min())
     for a, b in zip(edges[:-1], edges[1:], strict=True):
         rows = order[a:b]
         kk, cc, hh = int(key[0, a]), int(key[1, a]), int(key[2, a])
-        pmf = hist[rows] / kk
         if hh == 0:  # the whole support fits: no aliasing
             n = span * kk + 1
             n += 1 - n % 2
-            low = int(values.min()) * kk
+            low = low_v * kk
             if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
-                val = np.full(len(rows), 0.0 if cc < low else 1.0)
+                val[rows] = 0.0 if cc < low else 1.0
             else:
-                val = _fourier_cdf(pmf, vt, kk, low, cc, n, EPS_APPROX)
-            e_lo = e_hi = np.zeros(len(rows))
+                val[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, low, cc, n, EPS_APPROX)
         else:
             n = 2 * hh + 1
-            val = _fourier_cdf(pmf, vt, kk, cc - hh, cc, n, EPS_APPROX)
-            e_lo = _bennett(s[rows] - (cc - hh - 1), var_sum[rows], b_lo[rows])  # P(S <= c-A-1)
-            e_hi = _bennett((cc + hh + 1) - s[rows], var_sum[rows], b_hi[rows])  # P(S >= c+A+1)
-        err = truncation_error(n, EPS_APPROX) + 1e-12
-        lo[rows] = val - e_hi - err
-        hi[rows] = val + e_lo + err
+            val[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, cc - hh, cc, n, EPS_APPROX)
+        err[rows] = truncation_error(n, EPS_APPROX) + 1e-12
+    lo = val - e_hi - err
+    hi = val + e_lo + err
     lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
     return lo, np.clip(hi * (1.0 + SLACK) + SLACK, lo, 1.0)
 
@@ -288,19 +298,14 @@ def berry_esseen_bracket(
 # ----------------------------------------------------------------------------- decisions
 
 
-class Tails:
-    """Brackets on the resampling tail of every case of a block, refined on demand.
+class Histograms:
+    """The observed counts of a block of cases and what every threshold needs from them:
+    ``counts [V, cases]`` (float32, exact) over ``values``, ``k``, ``Σv``, ``Σv²``, least and
+    largest observed value. Built once per block; ``Tails`` at several thresholds share it."""
 
-    ``counts [V, cases]`` (float32, exact) over ``values``; ``c`` per case. ``settle(decide)``
-    evaluates a decision (a monotone step function of ``τ``) at both ends of each bracket and
-    refines only the cases where they differ: Bennett (every case), Berry–Esseen, the short
-    sum, then the exact tail. Exact and finite-B rules at one threshold share one ``Tails``.
-    """
-
-    def __init__(self, counts: np.ndarray, values: np.ndarray, c: np.ndarray):
+    def __init__(self, counts: np.ndarray, values: np.ndarray):
         self.counts = counts
         self.values = np.asarray(values, dtype=np.int64)
-        self.c = np.asarray(c, dtype=np.int64)
         vals = self.values.astype(np.float64)
         self.k = np.rint(counts.sum(axis=0, dtype=np.float64)).astype(np.int64)
         self.s = vals @ counts
@@ -308,6 +313,22 @@ class Tails:
         present = counts > 0
         self.vlo = vals[np.argmax(present, axis=0)]
         self.vhi = vals[len(vals) - 1 - np.argmax(present[::-1], axis=0)]
+
+
+class Tails:
+    """Brackets on the resampling tail of every case of a block at one threshold ``c`` per
+    case, refined on demand.
+
+    ``settle(decide)`` evaluates a decision (a monotone step function of ``τ``) at both ends
+    of each bracket and refines only the cases where they differ: Bennett (every case),
+    Berry–Esseen, the short sum, then the exact tail. Exact and finite-B rules at one
+    threshold share one ``Tails``.
+    """
+
+    def __init__(self, hist: Histograms, c: np.ndarray):
+        self.counts, self.values = hist.counts, hist.values
+        self.k, self.s, self.q, self.vlo, self.vhi = hist.k, hist.s, hist.q, hist.vlo, hist.vhi
+        self.c = np.asarray(c, dtype=np.int64)
         self.lo, self.hi = bennett_bracket(self.k, self.s, self.q, self.vlo, self.vhi, self.c)
         self.stage = np.zeros(len(self.c), dtype=np.int8)
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
@@ -398,6 +419,38 @@ def _saturation(a: float, big_b: int) -> tuple[float, float]:
     return _chernoff_edge(big_b, c, True, 2.0**-55), _chernoff_edge(big_b, c, False, 2.0**-61)  # with margin
 
 
+_GRID = 4096
+"""Points of the table of ``P(conclude)`` against the wrong-side tail, for finite ``B``."""
+
+
+@lru_cache(maxsize=64)
+def _conclude_table(a: float, big_b: int) -> tuple[np.ndarray, np.ndarray]:
+    """``P(conclude)`` of the finite-B rule (``rules.bootstrap_conclude_prob``) on a grid of
+    the wrong-side tail ``w`` between the saturation points, decreasing in ``w``."""
+    p1, p0 = _saturation(a, big_b)
+    w = np.linspace(p1, p0, _GRID)
+    q = R.bootstrap_conclude_prob(w, np.ones(_GRID, dtype=bool), a, big_b)
+    w.flags.writeable = False
+    q.flags.writeable = False
+    return w, q
+
+
+def _finite_cutoffs(a: float, big_b: int, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per case with uniform ``u``: the wrong-side tail at or below which the case surely
+    concludes, and the one at or above which it surely defers (``P(conclude)`` decreases in the
+    tail; a margin of 1e-12 on ``u`` absorbs rounding), from the table. In between, the rule is
+    evaluated exactly. One look-up per case replaces a binomial CDF per case and stage."""
+    p1, p0 = _saturation(a, big_b)
+    w, q = _conclude_table(a, big_b)
+    neg = -q  # increasing
+    n_above = np.searchsorted(neg, -(u + 1e-12), side="left")  # grid points with q > u + 1e-12
+    sure = np.where(n_above > 0, w[np.maximum(n_above - 1, 0)], p1)
+    first_below = np.searchsorted(neg, -(u - 1e-12), side="right")  # first grid point with q < u - 1e-12
+    never = np.where(first_below < _GRID, w[np.minimum(first_below, _GRID - 1)], p0)
+    never = np.where(u > 0, never, np.inf)  # u = 0 concludes whenever P(conclude) > 0
+    return np.maximum(sure, p1), never
+
+
 def bootstrap_decisions(
     values: np.ndarray,
     summer,
@@ -418,16 +471,18 @@ def bootstrap_decisions(
     ``summer`` maps per-task values to sums over each case's observed tasks. ``cache`` keeps
     the brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
     """
-    key = ("lattice", f"{theta!r}")
-    if key not in cache:
+    if ("lattice",) not in cache:
         vals = np.unique(values)
         counts = np.empty((len(vals), ssum.size), dtype=np.float32)  # [V, cases]: exact small integers
         for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
             counts[i] = np.rint(summer((values == v).astype(np.float32))).ravel()
+        cache[("lattice",)] = Histograms(counts, vals)
+    key = ("lattice", f"{theta!r}")
+    if key not in cache:
         k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
         c = R.bootstrap_threshold(theta, k, lattice)
         pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
-        cache[key] = (Tails(counts, vals, c), pos)
+        cache[key] = (Tails(cache[("lattice",)], c), pos)
     tails, pos = cache[key]
     if resamples == "exact":
 
@@ -435,13 +490,13 @@ def bootstrap_decisions(
             return R.bootstrap_from_tail(p, pos[i], a, "exact")
     else:
         uf = np.asarray(u).ravel()
-        p1, p0 = _saturation(float(a), int(resamples))
+        w_sure, w_never = _finite_cutoffs(float(a), int(resamples), uf)
 
         def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
             ps, ui = pos[i], uf[i]
             wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
-            sure = wrong <= p1
-            never = (wrong >= p0) & (ui > 0)
+            sure = wrong <= w_sure[i]
+            never = wrong >= w_never[i]
             q = np.where(sure, 1.0, 0.0)
             mid = np.flatnonzero(~sure & ~never)
             q[mid] = R.bootstrap_conclude_prob(p[mid], ps[mid], a, int(resamples))

@@ -1,0 +1,100 @@
+"""Replay speed on multi-trial and fractional records against binary records, per rule.
+
+    python benchmarks/multitrial_speed.py [--orders 500] [--rules bootstrap_200,bootstrap_exact,...]
+
+For each rule, replays the same spec (δ = 0, no grouping, the 19-point budget grid, one
+process) on ``swebench_lite`` (binary, single trial: the baseline), ``terminal_bench_1_fractional``
+(shares of five attempts) and ``terminal_bench_core_0.1.1`` (five trials per task), each in a
+fresh process, and prints wall and CPU time, µs per case and peak RSS, and the per-case ratio
+to ``swebench_lite`` measured in the same run. CPU time is the steadier number on a shared
+machine; ``mcnemar`` runs on binary records only (the others refuse it, as SPEC §4.2 says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.engine.records import load_records  # noqa: E402
+from service.engine.replay import plan_replay, run_replay, total_cases  # noqa: E402
+from service.engine.spec import SpecError, make_spec  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+DATASETS = ("swebench_lite", "terminal_bench_1_fractional", "terminal_bench_core_0.1.1")
+RULES = {
+    "bootstrap_200": ("coverage_bootstrap", 200),
+    "bootstrap_exact": ("coverage_bootstrap", "exact"),
+    "paired_normal": ("coverage_paired_normal", 200),
+    "serfling": ("serfling_coverage", 200),
+    "anytime": ("anytime_coverage", 200),
+    "forced": ("uniform_forced", 200),
+    "mcnemar": ("coverage_mcnemar", 200),
+}
+
+
+def child(dataset: str, rule: str, orders: int) -> None:
+    """Replay one (dataset, rule) in this fresh process; print time, cases and peak RSS as JSON."""
+    policy, resamples = RULES[rule]
+    records = load_records(str(DATA / dataset / "records.csv"))
+    spec = make_spec(policies=[policy], deltas=[0], orders=orders, groups=[None], bootstrap=[resamples])
+    try:
+        cases = total_cases(plan_replay(records, spec))
+    except SpecError as exc:
+        print(json.dumps({"refused": exc.message}))
+        return
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = run_replay(records, spec, jobs=1)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    msb = report["configurations"][0]["minimum_sufficient_budget"]
+    print(json.dumps({"wall": wall, "cpu": cpu, "cases": cases, "peak_mb": peak_mb, "msb": msb}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--orders", type=int, default=500)
+    ap.add_argument("--rules", default=",".join(RULES), help="comma-separated subset of " + ", ".join(RULES))
+    ap.add_argument("--child", nargs=2, metavar=("DATASET", "RULE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], args.orders)
+        return
+    print(f"orders {args.orders}, delta 0, no grouping, 19 budgets, one process per replay")
+    print(
+        f"{'rule':16s} {'dataset':28s} {'cases':>10s} {'wall s':>8s} {'cpu s':>8s} {'us/case':>8s} "
+        f"{'cpu us/case':>11s} {'x lite (cpu)':>12s} {'peak MB':>8s}"
+    )
+    for rule in args.rules.split(","):
+        base = None
+        for dataset in DATASETS:
+            out = subprocess.run(
+                [sys.executable, __file__, "--orders", str(args.orders), "--child", dataset, rule],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            if "refused" in r:
+                print(f"{rule:16s} {dataset:28s} refused: {r['refused']}")
+                continue
+            per_wall, per_cpu = r["wall"] / r["cases"] * 1e6, r["cpu"] / r["cases"] * 1e6
+            if dataset == DATASETS[0]:
+                base = (per_wall, per_cpu)
+            ratio = f"{per_cpu / base[1]:.1f} ({per_wall / base[0]:.1f})" if base else "-"
+            print(
+                f"{rule:16s} {dataset:28s} {r['cases']:10,d} {r['wall']:8.2f} {r['cpu']:8.2f} {per_wall:8.3f} "
+                f"{per_cpu:11.3f} {ratio:>12s} {r['peak_mb']:8.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
