@@ -59,10 +59,45 @@ class Settings(BaseSettings):
     decision_fast_path: bool = Field(
         default=True, description="Answer inline-universe decisions before FastAPI's routing (same bytes, less CPU)."
     )
+
+    # Limits (issue 12): every input that sizes work is checked against one of these before
+    # anything is allocated (service.limits); a request over one answers 413/422 naming it.
     max_upload_rows: int = Field(default=2_000_000, ge=1)
     max_systems_x_tasks: int = Field(default=1_000_000, ge=1)
+    max_upload_columns: int = Field(default=200, ge=3, description="Columns of an uploaded CSV (or keys of a row).")
+    max_concurrent_uploads: int = Field(
+        default=4, ge=1, description="Uploads parsed at once per process; others wait (bounded memory)."
+    )
     max_replay_cases: int = Field(
         default=1_000_000_000, ge=1, description="Ceiling of pairs x orders x budgets x configurations x seeds."
+    )
+    max_replay_budgets: int = Field(default=200, ge=1, description="Budgets of one replay (a range is counted first).")
+    max_replay_orders: int = Field(default=100_000, ge=1, description="Sampled orders R of one replay.")
+    max_replay_memory_bytes: int = Field(
+        default=2 * 1024**3, ge=1, description="Estimated peak memory of one replay chunk (tasks x orders x budgets)."
+    )
+    max_universe_tasks: int = Field(default=100_000, ge=1, description="Tasks of an inline or dataset universe.")
+    max_decision_work: int = Field(
+        default=4_000_000, ge=1, description="Estimated cells of one decision (e.g. anytime: tasks x groups)."
+    )
+    decision_inline_work: int = Field(
+        default=20_000, ge=0, description="Decisions this small run on the event loop; larger ones in a thread."
+    )
+    decision_inline_bytes: int = Field(
+        default=64 * 1024, ge=0, description="Decision bodies larger than this are parsed in a thread."
+    )
+    max_session_checkpoints: int = Field(default=200, ge=1, description="Budgets (checkpoints) of a live session.")
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, description="Request line and headers, per request.")
+    header_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="A connection must send a request's headers within this time, or is closed."
+    )
+    max_connections: int = Field(default=1000, ge=1, description="Open connections and tasks per process (503 over).")
+    keep_alive_seconds: float = Field(default=5.0, gt=0, description="Idle keep-alive connections close after this.")
+    forwarded_allow_ips: str = Field(
+        default="", description="Proxies whose X-Forwarded-For is trusted (comma-separated); empty = none."
+    )
+    rate_limit_max_addresses: int = Field(
+        default=10_000, ge=1, description="Per-address buckets kept (least recently used are evicted)."
     )
 
     # Serving under load (issue 13): per-process caches of what changes rarely or never.

@@ -340,18 +340,30 @@ def validate_spec(spec: ReplaySpec) -> None:
             raise SpecError("deltas", f"policy '{p.name}' uses mcnemar, which is defined only at δ = 0")
 
 
-def parse_budgets(text: str) -> tuple[float, ...]:
-    """``"0.05:0.95:0.05"`` (start:stop:step, inclusive) or ``"0.1,0.25,0.5"``."""
+def parse_budgets(text: str, max_count: int | None = None) -> tuple[float, ...]:
+    """``"0.05:0.95:0.05"`` (start:stop:step, inclusive) or ``"0.1,0.25,0.5"``.
+
+    With ``max_count``, a grid of more budgets is refused from its arithmetic, before a
+    single budget is made (``"0.5:1:1e-300"`` would otherwise be 5e299 floats)."""
     text = text.strip()
     try:
         if ":" in text:
             start, stop, step = (float(x) for x in text.split(":"))
+            if not all(math.isfinite(x) for x in (start, stop, step)):
+                raise SpecError("budgets", f"start, stop and step must be finite numbers, got '{text}'")
             if step <= 0:
                 raise SpecError("budgets", "step must be positive")
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            count = math.floor((stop - start) / step + 1e-9) + 1 if stop >= start else 0
+            if max_count is not None and count > max_count:
+                raise SpecError("budgets", f"the range '{text}' has {count:.4g} budgets; the limit is {max_count}")
+            n = int(count)
             return tuple(round(start + i * step, 10) for i in range(n))
+        if max_count is not None and text.count(",") + 1 > max_count:
+            raise SpecError("budgets", f"{text.count(',') + 1} budgets; the limit is {max_count}")
         return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
+    except SpecError:
+        raise
+    except (ValueError, OverflowError):
         raise SpecError("budgets", f"cannot read '{text}': use start:stop:step or a comma list") from None
 
 

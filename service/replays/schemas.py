@@ -16,7 +16,7 @@ class CustomPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=200)
     order: Literal["uniform", "stratified", "cost_ascending", "neyman"]
     rule: Literal["forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime", "anytime_eb"]
     coverage_aware: bool = False

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service import limits
 from service.config import Settings
 from service.datasets import repository as datasets_repo
 from service.datasets import service as datasets
@@ -31,14 +32,15 @@ def chunk_bounds(n_pairs: int, chunk_pairs: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk_pairs, n_pairs)) for a in range(0, n_pairs, chunk_pairs)]
 
 
-def options_of(body: ReplayCreate) -> dict[str, Any]:
-    """The ``make_spec`` keyword arguments for a request, JSON-ready (stored on the row)."""
+def options_of(body: ReplayCreate, max_budgets: int | None = None) -> dict[str, Any]:
+    """The ``make_spec`` keyword arguments for a request, JSON-ready (stored on the row). A
+    budget range is counted before it is expanded (at most ``max_budgets``)."""
     options = body.model_dump(mode="json", exclude_none=True, exclude={"dataset_id"})
     if "groups" in body.model_fields_set and body.groups is not None:
         options["groups"] = body.groups  # keep explicit nulls: null = one group
     if isinstance(options.get("budgets"), str):
         try:
-            options["budgets"] = list(parse_budgets(options["budgets"]))
+            options["budgets"] = list(parse_budgets(options["budgets"], max_budgets))
         except SpecError as exc:
             raise Unprocessable(spec_error_detail(exc)) from None
     if "policies" in options:
@@ -80,34 +82,23 @@ def _remember_plan(replay_id: uuid.UUID, plan: Any) -> None:
             _PLANS.popitem(last=False)
 
 
-def check_cost(plan: Any, ceiling: int) -> None:
-    """Refuse (422) a replay whose case count is above ``ceiling``, saying how big it is."""
-    from service.engine.replay import total_cases
-
-    cases = total_cases(plan)
-    if cases > ceiling:
-        spec = plan.spec
-        raise Unprocessable([{"field": "body", "message": (
-            f"this replay would evaluate {cases:,} cases ({plan.n_pairs} pairs x {spec.orders} orders x "
-            f"{len(spec.budgets)} budgets x {len(plan.configs)} configurations x {spec.seeds} seed(s)); the limit "
-            f"is {ceiling:,}: use fewer orders, budgets, policies or thresholds"
-        )}])
-
-
 def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
     """Validate the spec against the dataset now (bad specs are a 422, not a failed job),
     store the replay and its chunks, and enqueue ``replays.run`` for after the commit."""
     from service.engine.replay import plan_replay
 
-    if datasets_repo.get(session, body.dataset_id) is None:
+    dataset = datasets_repo.get(session, body.dataset_id)
+    if dataset is None:
         raise Unprocessable([{"field": "dataset_id", "message": f"dataset {body.dataset_id} does not exist"}])
-    options = options_of(body)
+    options = options_of(body, settings.max_replay_budgets)
+    limits.check_replay_options(options, settings)  # counts and lengths, before anything is built
     try:
         spec = build_spec(options)
+        limits.check_replay_spec(spec, dataset.n_systems, settings)  # what the plan itself holds
         plan = plan_replay(datasets.load_records(session, body.dataset_id), spec)
     except SpecError as exc:
         raise Unprocessable(spec_error_detail(exc)) from None
-    check_cost(plan, settings.max_replay_cases)
+    limits.check_replay_plan(plan, settings)  # cases and a chunk's memory, before any case runs
     bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs)
     replay = Replay(
         id=uuid.uuid4(),

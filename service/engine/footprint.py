@@ -1,0 +1,134 @@
+"""How much memory one replay chunk takes, estimated from the plan before anything runs.
+
+The case count (pairs x orders x budgets x configurations x seeds) bounds time, not memory:
+``run_chunk`` holds arrays whose shape is tasks x orders x budgets whatever the number of
+pairs, so two systems with 1,000 tasks and 100,000 orders (3.8 M cases) asked for 7.6 GB.
+This module mirrors the engine's allocations term by term (``replay.py``: the observation
+matrix of a shared order, the cached orders, the blocks of pairs decided together, the
+anytime paths, neyman's prefix sums) so the service can refuse such a replay at submission.
+A test runs chunks under ``tracemalloc`` and checks the estimate stays above the measured
+peak and within a small factor of it, so a change of the engine's shapes shows up there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.engine.records import group_labels
+from service.engine.replay import BLOCK_ELEMENTS, PAIR_BLOCK_CASES, Plan
+
+ORDER_CACHE_ENTRIES = 65
+"""``Plan._orders`` keeps up to 64 orders, then clears: at most 65 are alive at once."""
+LITERAL_BOOTSTRAP_BYTES = 2 * 8 * 4_000_000
+"""``_bootstrap_literal`` draws at most 4 M indices at a time (and gathers as many values)."""
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """The estimate, by term (bytes), so a refusal can say what dominates."""
+
+    observation_matrix: int
+    orders: int
+    blocks: int
+    anytime: int
+    neyman: int
+    results: int
+
+    @property
+    def total(self) -> int:
+        return self.observation_matrix + self.orders + self.blocks + self.anytime + self.neyman + self.results
+
+    def largest(self) -> str:
+        terms = {
+            "tasks x orders x budgets (the observation matrix)": self.observation_matrix,
+            "orders x tasks (the sampled orders)": self.orders,
+            "pairs x orders x budgets (the decided cases; the bootstrap's budgets x tasks^2 codes)": self.blocks,
+            "orders x tasks x groups (the anytime paths)": self.anytime,
+            "orders x tasks (neyman's prefix sums)": self.neyman,
+            "pairs x configurations x budgets (the tallies)": self.results,
+        }
+        return max(terms, key=terms.__getitem__)
+
+
+def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
+    """Peak bytes of ``run_chunk`` on a chunk of ``chunk_pairs`` pairs of ``plan`` (an upper
+    estimate: every task set is taken as large as the largest)."""
+    spec = plan.spec
+    reps, n_j, n_c, n_s = spec.orders, len(spec.budgets), len(plan.configs), spec.seeds
+    n = max((len(ts.tasks) for ts in plan._tasksets), default=plan.records.n_tasks)
+    pairs = max(1, min(chunk_pairs, plan.n_pairs))
+    groups = {g: _n_groups(plan, g) for g in spec.groups}
+    kinds = {c.policy.order for c in plan.configs}
+
+    # a shared order's observation matrix: bool [N, R, J] -> float32, and a float64 copy for
+    # costs and off-lattice values; the rank [R, N] it is built from
+    obs = 0
+    if kinds - {"neyman"}:  # neyman sums through prefix sums instead
+        obs = (1 + 4 + 8) * n * reps * n_j + 8 * reps * n
+        if len(_shared_orders(plan)) > 1:  # the next order's matrix is built while the last one is alive
+            obs *= 2
+    # the coverage counts of a floor: [G, R, J] float64 through the summer
+    obs += 8 * max(groups.values(), default=1) * reps * n_j
+    keys = 0
+    for kind in kinds:
+        if kind == "uniform":
+            keys += 1
+        elif kind == "stratified":
+            keys += len({(c.group, c.floor) for c in plan.configs if c.policy.order == kind})
+        elif kind == "cost_ascending":
+            keys += plan.records.n_systems
+        else:
+            keys += 2 * len({c.group for c in plan.configs if c.policy.order == kind})  # shuffles and starts
+    orders = 8 * reps * n * min(keys, ORDER_CACHE_ENTRIES)
+    # pairs decided together: ~14 float64-sized arrays per case (sums of values, squares and
+    # costs, the decision, coverage, the bootstrap's codes and uniforms); cost_ascending
+    # decides every pair of one system A at once, the others in blocks of PAIR_BLOCK_CASES
+    per_block = pairs if "cost_ascending" in kinds else max(1, min(pairs, PAIR_BLOCK_CASES // max(reps * n_j, 1)))
+    blocks = 14 * 8 * per_block * reps * n_j
+    if any(c.policy.rule == "bootstrap" for c in plan.configs):
+        if not plan.fft_bootstrap:
+            blocks += LITERAL_BOOTSTRAP_BYTES
+        elif plan.lattice == 1:
+            # binary differences: a bincount over every (budget, n+, n-) code, and its cumsum
+            kmax = max((int(ts.ks.max()) for ts in plan._tasksets), default=n) + 1
+            blocks += (1 + 8 + 8) * n_j * kmax * kmax
+        else:
+            # off {-1, 0, 1}: a histogram of the 2L + 1 values per case, float64 sums stacked,
+            # int32 rows and np.unique's sorted copies of them
+            values = 2 * plan.lattice + 1
+            blocks += (8 * values + 3 * 4 * (values + 1)) * per_block * reps * n_j
+    anytime = 0
+    anytime_cfgs = [c for c in plan.configs if c.policy.rule == "anytime"]
+    if anytime_cfgs:
+        kmax = max(int(ts.ks.max()) for ts in plan._tasksets) if plan._tasksets else n
+        g_any = max(groups[c.group] for c in anytime_cfgs)
+        thresholds = len({c.delta for c in anytime_cfgs})
+        # coverage along each order: one-hot int32 and its int64 cumsum [R, kmax, G]
+        anytime = (4 + 8 + 1) * reps * kmax * g_any
+        # the paths of a block (values, transposed copies, coverage, the walk's temporaries)
+        anytime += 40 * min(pairs, max(1, BLOCK_ELEMENTS // (reps * kmax))) * reps * kmax
+        # per threshold: decisions, tasks used, coverage at stop, for the chunk's pairs
+        anytime += thresholds * (1 + 8 + 8 + 1) * pairs * reps * n_j
+    neyman = 0
+    if "neyman" in kinds:
+        per_block = min(pairs, max(1, BLOCK_ELEMENTS // (reps * n)))
+        neyman = 2 * 8 * per_block * reps * (n + 1)  # x[:, within] and its prefix sums
+    results = (4 * 4 + 8 + 8) * pairs * n_c * n_s * n_j
+    return Footprint(obs, orders, blocks, anytime, neyman, results)
+
+
+def _shared_orders(plan: Plan) -> set[tuple]:
+    """Configurations sharing one order (one observation matrix), as ``_config_groups``."""
+    keys = set()
+    for c in plan.configs:
+        kind = c.policy.order
+        keys.add((kind, c.group, c.floor) if kind in ("stratified", "neyman") else (kind,))
+    return keys
+
+
+def _n_groups(plan: Plan, group: str | None) -> int:
+    """Groups of the whole universe under ``group`` (a task set holds at most these)."""
+    return len(group_labels(plan.records, group)[1])
+
+
+__all__ = ["Footprint", "chunk_footprint"]

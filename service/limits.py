@@ -1,0 +1,236 @@
+"""Every input that sizes work is checked here, against ``Settings``, before anything is
+allocated: the answer is a 413 (too many bytes or records) or 422 (a spec that would be too
+big) whose detail names the field, the estimate and the limit.
+
+Each check computes its estimate from what the request says (the arithmetic of a budget
+range, the tasks x orders x budgets the replay engine will hold, the tasks x groups of an
+anytime coverage path), never by building the thing and measuring it. The domains call
+these functions; the thresholds live in ``Settings`` (the "limits" block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from service.config import Settings
+from service.engine.records import RecordLimits
+from service.errors import PayloadTooLarge, Unprocessable
+
+if TYPE_CHECKING:
+    from service.engine.replay import Plan
+    from service.engine.spec import ReplaySpec
+
+POLICY_NAME_MAX = 200
+"""``metric_rows.policy``; a longer custom policy name would fail on the column."""
+GROUP_KEY_MAX = 200
+"""``metric_rows.grouping`` and ``live_sessions.grouping``."""
+TASK_ID_MAX = 500
+"""``live_observations.task_id``."""
+SYSTEM_NAME_MAX = 200
+"""``live_sessions.system_a`` / ``system_b``."""
+
+
+def refuse(field: str, message: str) -> Unprocessable:
+    return Unprocessable([{"field": field, "message": message}])
+
+
+def record_limits(settings: Settings) -> RecordLimits:
+    """What an upload may hold, checked by the parser as it reads (before any matrix)."""
+    return RecordLimits(
+        max_rows=settings.max_upload_rows,
+        max_cells=settings.max_systems_x_tasks,
+        max_columns=settings.max_upload_columns,
+    )
+
+
+def too_large(message: str) -> PayloadTooLarge:
+    return PayloadTooLarge(message)
+
+
+# ------------------------------------------------------------------------- replays
+
+
+def check_replay_options(options: dict[str, Any], settings: Settings) -> None:
+    """Counts and lengths of a replay request, before the spec or the plan is built."""
+    budgets = options.get("budgets")
+    if isinstance(budgets, list) and len(budgets) > settings.max_replay_budgets:
+        raise refuse("budgets", f"{len(budgets):,} budgets; the limit is {settings.max_replay_budgets}")
+    orders = options.get("orders")
+    if isinstance(orders, int) and not isinstance(orders, bool) and orders > settings.max_replay_orders:
+        raise refuse("orders", f"{orders:,} orders; the limit is {settings.max_replay_orders:,}")
+    for i, p in enumerate(options.get("policies") or []):  # a "k=v,name=..." string is checked once parsed
+        name = p.get("name") if isinstance(p, dict) else None
+        if isinstance(name, str) and len(name) > POLICY_NAME_MAX:
+            raise refuse(
+                f"policies[{i}]", f"a policy name is at most {POLICY_NAME_MAX} characters (this one has {len(name)})"
+            )
+    for i, g in enumerate(options.get("groups") or []):
+        if isinstance(g, str) and len(g) > GROUP_KEY_MAX:
+            raise refuse(
+                f"groups[{i}]", f"a grouping key is at most {GROUP_KEY_MAX} characters (this one has {len(g)})"
+            )
+
+
+def n_configs(spec: ReplaySpec) -> int:
+    """Configurations of ``spec`` (as ``Plan`` enumerates them), without a dataset."""
+    per_policy = sum(
+        (1 if p.rule == "forced" else len(spec.a)) * (len(spec.bootstrap) if p.rule == "bootstrap" else 1)
+        for p in spec.policies
+    )
+    return len(spec.groups) * len(spec.floors) * per_policy * len(spec.deltas)
+
+
+def check_replay_spec(spec: ReplaySpec, n_systems: int, settings: Settings) -> None:
+    """Before the plan: its pairs x configurations (what the plan itself allocates) within
+    the case ceiling, counting every ordered pair of the dataset's systems."""
+    for p in spec.policies:
+        if len(p.name) > POLICY_NAME_MAX:
+            raise refuse(
+                "policies", f"a policy name is at most {POLICY_NAME_MAX} characters (this one has {len(p.name)})"
+            )
+    bound = n_systems * max(n_systems - 1, 1) * n_configs(spec)
+    if bound > settings.max_replay_cases:
+        raise refuse(
+            "body",
+            f"{n_systems:,} systems give up to {n_systems * (n_systems - 1):,} pairs x "
+            f"{n_configs(spec):,} configurations = {bound:,}; the limit of cases is "
+            f"{settings.max_replay_cases:,}: use fewer policies, thresholds or systems",
+        )
+
+
+def check_replay_plan(plan: Plan, settings: Settings) -> None:
+    """After the plan, before any case runs: the case count and a chunk's peak memory."""
+    from service.engine.footprint import chunk_footprint
+    from service.engine.replay import total_cases
+
+    cases = total_cases(plan)
+    spec = plan.spec
+    if cases > settings.max_replay_cases:
+        raise refuse(
+            "body",
+            (
+                f"this replay would evaluate {cases:,} cases ({plan.n_pairs} pairs x {spec.orders} orders x "
+                f"{len(spec.budgets)} budgets x {len(plan.configs)} configurations x {spec.seeds} seed(s)); the limit "
+                f"is {settings.max_replay_cases:,}: use fewer orders, budgets, policies or thresholds"
+            ),
+        )
+    fp = chunk_footprint(plan, settings.chunk_pairs)
+    if fp.total > settings.max_replay_memory_bytes:
+        raise refuse(
+            "orders",
+            (
+                f"a chunk of this replay would hold about {_mib(fp.total)} MiB (mostly {fp.largest()}: "
+                f"{plan.records.n_tasks:,} tasks, {spec.orders:,} orders, {len(spec.budgets)} budgets); the limit is "
+                f"{_mib(settings.max_replay_memory_bytes)} MiB: use fewer orders or budgets"
+            ),
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
+# ----------------------------------------------------------------------- decisions
+
+
+def check_universe(n_tasks: int, settings: Settings, field: str = "universe.task_ids") -> None:
+    if n_tasks > settings.max_universe_tasks:
+        raise refuse(field, f"{n_tasks:,} tasks; the limit is {settings.max_universe_tasks:,}")
+
+
+def decision_work(
+    *, n_tasks: int, n_observations: int, n_groups: int, rule: str | None, coverage_aware: bool, bootstrap: int | str
+) -> int:
+    """Cells a decision touches, from the request's sizes: the universe and the observations,
+    plus the rule's own term: anytime's coverage path is observed tasks x groups (three int64
+    matrices), a finite bootstrap off a lattice draws B x observed tasks indices."""
+    k = min(n_tasks, n_observations)
+    work = n_tasks + n_observations
+    if rule == "anytime" and coverage_aware:
+        work += k * n_groups
+    if rule in (None, "bootstrap") and bootstrap != "exact" and isinstance(bootstrap, int):
+        work += bootstrap * k
+    return work
+
+
+def check_decision_work(work: int, settings: Settings, field: str = "body") -> None:
+    if work > settings.max_decision_work:
+        raise refuse(
+            field,
+            f"this decision would touch about {work:,} cells (tasks x groups for anytime coverage, "
+            f"resamples x tasks for a finite bootstrap); the limit is {settings.max_decision_work:,}: "
+            "use fewer groups, bootstrap 'exact' or a smaller universe",
+        )
+
+
+def n_observations(observations: Sequence[object] | None, outcomes: dict[str, dict[str, Any]] | None) -> int:
+    if observations is not None:
+        return len(observations)
+    if outcomes is None:
+        return 0
+    return sum(len(v) if isinstance(v, list) else 1 for per in outcomes.values() for v in per.values())
+
+
+def check_checkpoints(n_budgets: int, settings: Settings) -> None:
+    if n_budgets > settings.max_session_checkpoints:
+        raise refuse("budgets", f"{n_budgets:,} checkpoints; the limit is {settings.max_session_checkpoints}")
+
+
+def check_task_ids(task_ids: Sequence[str], field: str = "universe.task_ids") -> None:
+    """Task ids a session stores must fit ``live_observations.task_id``."""
+    for i, t in enumerate(task_ids):
+        if len(t) > TASK_ID_MAX:
+            raise refuse(f"{field}[{i}]", f"a task id is at most {TASK_ID_MAX} characters (this one has {len(t)})")
+
+
+def check_decision(body: Any, settings: Settings) -> int:
+    """The size of a decision request (``DecisionCreate``) from its own fields, refused
+    (422) over the limits; returns the work estimate (cells), which decides whether it runs
+    on the event loop. A dataset's universe is checked once loaded (``check_loaded_universe``)."""
+    n_obs = n_observations(body.observations, body.outcomes)
+    if body.universe is None:
+        return n_obs
+    ids, groups = body.universe.task_ids, body.universe.groups
+    check_universe(len(ids), settings)
+    n_groups = len(set(groups)) if groups else 1
+    work = decision_work(
+        n_tasks=len(ids),
+        n_observations=n_obs,
+        n_groups=n_groups,
+        rule=_rule_of(body),
+        coverage_aware=body.coverage_aware is not False,
+        bootstrap=body.bootstrap,
+    )
+    check_decision_work(work, settings)
+    return work
+
+
+def check_loaded_universe(n_tasks: int, n_groups: int, body: Any, settings: Settings, n_obs: int | None = None) -> None:
+    """The same limits for a universe taken from a dataset (or a session's, with every task
+    observed: ``n_obs`` defaults to the request's observations)."""
+    check_universe(n_tasks, settings, field="dataset_id")
+    n_obs = (
+        n_observations(getattr(body, "observations", None), getattr(body, "outcomes", None)) if n_obs is None else n_obs
+    )
+    work = decision_work(
+        n_tasks=n_tasks,
+        n_observations=n_obs,
+        n_groups=n_groups,
+        rule=_rule_of(body),
+        coverage_aware=body.coverage_aware is not False,
+        bootstrap=body.bootstrap,
+    )
+    check_decision_work(work, settings)
+
+
+def _rule_of(body: Any) -> str | None:
+    """The rule a request names (directly or through a named policy); ``None`` = the default."""
+    if body.rule is not None:
+        return body.rule
+    if body.policy is not None:
+        from service.engine.spec import NAMED_POLICIES
+
+        policy = NAMED_POLICIES.get(body.policy)
+        return policy.rule if policy is not None else None
+    return None
