@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from tempfile import SpooledTemporaryFile
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
@@ -20,10 +24,12 @@ from service.errors import (
     Conflict,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
     Unprocessable,
     UnsupportedMediaType,
     responses,
 )
+from service.limits import record_limits
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -39,22 +45,55 @@ class Upload:
     filename: str | None = None
 
 
-async def _read_capped(request: Request, limit: int) -> bytes:
-    """The request body, refusing (413) as soon as it exceeds ``limit`` bytes."""
+SPOOL_MEMORY_BYTES = 1024 * 1024
+"""Past this, an upload being received goes to a temporary file (a slow client holds disk,
+not memory)."""
+SLOT_WAIT_S = 30.0
+"""How long a received upload waits for a parsing slot before a 503 (retry)."""
+RECEIVE_CHUNK = 64 * 1024
+
+
+async def _spool_body(request: Request, limit: int) -> SpooledTemporaryFile:
+    """The request body in a temporary file (in memory up to 1 MiB), refusing (413) as soon as
+    it exceeds ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the upload is {int(declared)} bytes; the limit is {limit} bytes")
-    parts: list[bytes] = []
+    spool = SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115  (closed by the caller)
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(f"the upload exceeds the limit of {limit} bytes")
-            parts.append(chunk)
+            spool.write(chunk)
     except ClientDisconnect:
+        spool.close()
         raise BadRequest("the client disconnected during the upload") from None
-    return b"".join(parts)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return spool
+
+
+@asynccontextmanager
+async def _parsing_slot(request: Request) -> AsyncIterator[None]:
+    """One of ``max_concurrent_uploads`` slots for the memory-heavy part (multipart, parsing,
+    storing): uploads beyond that wait, and after ``SLOT_WAIT_S`` are told to retry (503)."""
+    state = request.app.state
+    slots = getattr(state, "upload_slots", None)
+    if slots is None:
+        slots = state.upload_slots = asyncio.Semaphore(state.settings.max_concurrent_uploads)
+    try:
+        await asyncio.wait_for(slots.acquire(), SLOT_WAIT_S)
+    except TimeoutError:
+        raise ServiceUnavailable("too many uploads are being processed; retry shortly",
+                                 headers={"Retry-After": "5"}) from None
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def _format_of(fmt: str | None, filename: str | None) -> str | None:
@@ -71,31 +110,50 @@ def _format_of(fmt: str | None, filename: str | None) -> str | None:
     return None
 
 
-async def read_upload(request: Request) -> Upload:
+@asynccontextmanager
+async def upload_context(request: Request) -> AsyncIterator[Upload]:
     """Accept ``multipart/form-data`` (fields ``file``, optional ``name``, ``format``) or
-    ``application/json`` (``DatasetRowsCreate``), within the configured size limit."""
+    ``application/json`` (``DatasetRowsCreate``), within the configured size limit. The body
+    is received into a temporary file; then, holding a parsing slot until the ``with`` block
+    ends (the endpoint stores the dataset inside it), it is parsed."""
     limit = request.app.state.settings.max_upload_bytes
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = await _read_capped(request, limit)
-    if ctype == "application/json":
-        try:
-            payload = DatasetRowsCreate.model_validate(json.loads(body or b"null"))
-        except json.JSONDecodeError as exc:
-            raise Unprocessable([{"row": None, "field": "body", "message": f"not valid JSON: {exc.msg}"}]) from None
-        except ValidationError as exc:
-            detail = [
-                {"row": None, "field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
-                for e in exc.errors()
-            ]
-            raise Unprocessable(detail) from None
-        return Upload(payload.name, service.rows_to_jsonl(payload.rows), "jsonl")
-    if ctype != "multipart/form-data":
+    if ctype not in ("application/json", "multipart/form-data"):
         raise UnsupportedMediaType("send multipart/form-data with a 'file' field, or application/json rows")
+    spool = await _spool_body(request, limit)
+    try:
+        async with _parsing_slot(request):
+            if ctype == "application/json":
+                yield _json_rows(spool.read())
+            else:
+                yield await _multipart(request, spool)
+    finally:
+        spool.close()
 
-    async def replay_body() -> dict[str, object]:
-        return {"type": "http.request", "body": body, "more_body": False}
 
-    form_request = Request(request.scope, receive=replay_body)
+def _json_rows(body: bytes) -> Upload:
+    try:
+        payload = DatasetRowsCreate.model_validate(json.loads(body or b"null"))
+    except json.JSONDecodeError as exc:
+        raise Unprocessable([{"row": None, "field": "body", "message": f"not valid JSON: {exc.msg}"}]) from None
+    except ValidationError as exc:
+        detail = [
+            {"row": None, "field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
+            for e in exc.errors()
+        ]
+        raise Unprocessable(detail) from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, a 5,000-digit number, nesting past the limit
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise Unprocessable([{"row": None, "field": "body", "message": f"not valid JSON: {why}"}]) from None
+    return Upload(payload.name, service.rows_to_jsonl(payload.rows), "jsonl")
+
+
+async def _multipart(request: Request, spool: SpooledTemporaryFile) -> Upload:
+    async def from_spool() -> dict[str, object]:
+        chunk = spool.read(RECEIVE_CHUNK)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunk)}
+
+    form_request = Request(request.scope, receive=from_spool)
     form = await form_request.form(max_files=1, max_fields=10)
     try:
         file = form.get("file")
@@ -112,6 +170,12 @@ async def read_upload(request: Request) -> Upload:
         )
     finally:
         await form.close()
+
+
+async def read_upload(request: Request) -> AsyncIterator[Upload]:
+    """The upload, as a dependency that keeps its parsing slot until the endpoint returns."""
+    async with upload_context(request) as upload:
+        yield upload
 
 
 _UPLOAD_BODY = {
@@ -142,16 +206,16 @@ _UPLOAD_BODY = {
     openapi_extra=_UPLOAD_BODY,
     responses={
         200: {"model": DatasetRead, "description": "The same content was uploaded before: the stored dataset"},
-        **responses(BadRequest, PayloadTooLarge, UnsupportedMediaType, Unprocessable),
+        **responses(BadRequest, PayloadTooLarge, UnsupportedMediaType, Unprocessable, ServiceUnavailable),
     },
     summary="Upload a dataset (validated per SPEC §1; stored once per content)",
 )
 def create_dataset(
-    upload: Annotated[Upload, Depends(read_upload)], session: SessionDep, settings: SettingsDep, response: Response
+    upload: Annotated[Upload, Depends(read_upload, scope="function")], session: SessionDep, settings: SettingsDep,
+    response: Response,
 ) -> DatasetRead:
     dataset, created = service.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
-                                      max_rows=settings.max_upload_rows, max_cells=settings.max_systems_x_tasks,
-                                      filename=upload.filename)
+                                      limits=record_limits(settings), filename=upload.filename)
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     read = DatasetRead.model_validate(dataset)

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from service.datasets import repository
 from service.datasets.models import Dataset
 from service.engine.identity import records_digest
-from service.engine.records import Records, RecordsError, parse_records
+from service.engine.records import RecordLimits, Records, RecordsError, RecordsTooLarge, parse_records
 from service.errors import NotFound, PayloadTooLarge, Unprocessable
 
 GENERIC_STEMS = frozenset({
@@ -103,15 +103,17 @@ def default_name(session: Session, filename: str | None, digest: str) -> str:
 
 
 def create(
-    session: Session, *, name: str | None, content: bytes, fmt: str | None, max_rows: int | None = None,
-    max_cells: int | None = None, filename: str | None = None,
+    session: Session, *, name: str | None, content: bytes, fmt: str | None, limits: RecordLimits | None = None,
+    filename: str | None = None,
 ) -> tuple[Dataset, bool]:
     """Store a validated dataset; the same records again (as CSV or JSONL, in any row order)
     return the stored one (``created=False``, its name unchanged: see ``duplicate_notice``).
-    ``name`` None derives one (``default_name``). More than ``max_rows`` records or
-    ``max_cells`` systems x tasks is refused (413)."""
+    ``name`` None derives one (``default_name``). An input over ``limits`` (records,
+    systems x tasks, columns) is refused (413) by the parser as it reads, before any matrix."""
     try:
-        records = parse_records(content, fmt=fmt)
+        records = parse_records(content, fmt=fmt, limits=limits)
+    except RecordsTooLarge as exc:
+        raise PayloadTooLarge(str(exc)) from None
     except RecordsError as exc:
         raise Unprocessable(records_error_detail(exc)) from None
     digest = records_digest(records)
@@ -121,12 +123,6 @@ def create(
     )
     if existing is not None:
         return existing, False
-    n_rows, cells = int(records.raw_outcome.size), records.n_systems * records.n_tasks
-    if max_rows is not None and n_rows > max_rows:
-        raise PayloadTooLarge(f"the dataset has {n_rows:,} records; the limit is {max_rows:,}")
-    if max_cells is not None and cells > max_cells:
-        raise PayloadTooLarge(f"the dataset has {records.n_systems:,} systems x {records.n_tasks:,} tasks = "
-                              f"{cells:,}; the limit is {max_cells:,}")
     fmt = fmt or ("jsonl" if content.lstrip()[:1] == b"{" else "csv")
     dataset = Dataset(
         id=uuid.uuid4(),

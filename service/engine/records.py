@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,20 @@ class RecordError:
         if self.field is not None:
             where.append(f"field '{self.field}'")
         return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+@dataclass(frozen=True)
+class RecordLimits:
+    """Sizes an input may reach, checked while it is read (before any dense matrix):
+    records, distinct systems x tasks, and columns (CSV header, or keys of one JSON row)."""
+
+    max_rows: int | None = None
+    max_cells: int | None = None
+    max_columns: int | None = None
+
+
+class RecordsTooLarge(ValueError):
+    """The input is over a size limit (the API answers 413); the message says which."""
 
 
 class RecordsError(ValueError):
@@ -198,9 +213,12 @@ def parse_group_key(key: str | Sequence[str] | None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_records(data: bytes | str, fmt: str | None = None, filename: str | None = None) -> Records:
+def parse_records(data: bytes | str, fmt: str | None = None, filename: str | None = None,
+                  limits: RecordLimits | None = None) -> Records:
     """Parse CSV or JSONL content. ``fmt`` is ``"csv"`` or ``"jsonl"``; when omitted it is
-    taken from the file name, else sniffed (JSONL when the first non-blank byte is ``{``)."""
+    taken from the file name, else sniffed (JSONL when the first non-blank byte is ``{``).
+    ``limits`` raise ``RecordsTooLarge`` as soon as the input is known to exceed them."""
+    limits = limits or RecordLimits()
     if isinstance(data, bytes):
         if b"\x00" in data[:65536]:
             raise RecordsError([RecordError(None, None, "the file is binary, not CSV or JSONL text")])
@@ -221,9 +239,9 @@ def parse_records(data: bytes | str, fmt: str | None = None, filename: str | Non
     if fmt is None:
         fmt = "jsonl" if text.lstrip().startswith("{") else "csv"
     if fmt == "csv":
-        return from_rows(_csv_rows(text))
+        return from_rows(_csv_rows(text, limits), limits)
     if fmt == "jsonl":
-        return from_rows(_jsonl_rows(text))
+        return from_rows(_jsonl_rows(text, limits), limits)
     raise ValueError(f"unknown format '{fmt}': use csv or jsonl")
 
 
@@ -233,7 +251,11 @@ def load_records(path: str) -> Records:
         return parse_records(fh.read(), filename=path)
 
 
-def _csv_rows(text: str) -> list[Mapping[str, object]]:
+def _too_many_rows(n: int, limit: int) -> RecordsTooLarge:
+    return RecordsTooLarge(f"the dataset has {n:,} records; the limit is {limit:,}")
+
+
+def _csv_rows(text: str, limits: RecordLimits) -> list[Mapping[str, object]]:
     if not text.strip():
         raise RecordsError([RecordError(None, None, "the file is empty")])
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -242,12 +264,16 @@ def _csv_rows(text: str) -> list[Mapping[str, object]]:
     except csv.Error as exc:
         raise RecordsError([RecordError(None, None, f"CSV header unreadable: {exc}")]) from None
     header = [h.strip() for h in header]
+    if limits.max_columns is not None and len(header) > limits.max_columns:
+        raise RecordsTooLarge(f"the CSV header has {len(header):,} columns; the limit is {limits.max_columns:,}")
     _check_header(header)
     rows: list[Mapping[str, object]] = []
     width: list[RecordError] = []
     n_width = 0
     try:
         for i, values in enumerate(reader, start=1):
+            if limits.max_rows is not None and i > limits.max_rows:
+                raise _too_many_rows(i + sum(1 for v in reader if v and any(x.strip() for x in v)), limits.max_rows)
             if not values or all(not v.strip() for v in values):
                 rows.append({})  # blank line: keeps numbering, reported below
                 continue
@@ -267,11 +293,16 @@ def _csv_rows(text: str) -> list[Mapping[str, object]]:
     return rows
 
 
-def _jsonl_rows(text: str) -> list[Mapping[str, object]]:
+def _jsonl_rows(text: str, limits: RecordLimits) -> list[Mapping[str, object]]:
     rows: list[Mapping[str, object]] = []
     errors: list[RecordError] = []
     n_bad = 0
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    if limits.max_rows is not None:
+        n_rows = sum(1 for line in lines if line.strip())
+        if n_rows > limits.max_rows:
+            raise _too_many_rows(n_rows, limits.max_rows)
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         row_no = len(rows) + 1
@@ -280,8 +311,13 @@ def _jsonl_rows(text: str) -> list[Mapping[str, object]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             problem, obj = f"not valid JSON ({exc.msg}; line {line_no} of the file)", {}
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting past the recursion limit
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+            problem, obj = f"not valid JSON ({why}; line {line_no} of the file)", {}
         if problem is None and not isinstance(obj, dict):
             problem, obj = f"each line must be a JSON object (line {line_no} of the file)", {}
+        if problem is None and limits.max_columns is not None and len(obj) > limits.max_columns:
+            raise RecordsTooLarge(f"row {row_no} has {len(obj):,} fields; the limit is {limits.max_columns:,}")
         if problem is not None:
             n_bad += 1
             if len(errors) < MAX_ERRORS:
@@ -319,7 +355,7 @@ def _check_header(columns: Iterable[str]) -> None:
     missing = [c for c in REQUIRED if c not in cols]
     if missing:
         raise missing_columns_error(cols, missing)
-    dup = sorted({c for c in cols if cols.count(c) > 1})
+    dup = sorted(c for c, n in Counter(cols).items() if n > 1)  # linear: a header may have 40,000 columns
     if dup:
         raise RecordsError([RecordError(None, c, "column appears more than once") for c in dup])
 
@@ -349,8 +385,12 @@ def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
-    """Validate records given as mappings (CSV rows, JSON objects) and aggregate them."""
+def from_rows(rows: Sequence[Mapping[str, object]], limits: RecordLimits | None = None) -> Records:
+    """Validate records given as mappings (CSV rows, JSON objects) and aggregate them.
+    ``limits`` are checked before the dense ``[systems, tasks]`` matrices are allocated."""
+    limits = limits or RecordLimits()
+    if limits.max_rows is not None and len(rows) > limits.max_rows:
+        raise _too_many_rows(len(rows), limits.max_rows)
     errors: list[RecordError] = []
     counts = {"total": 0}
     bad_rows: set[int] = set()
@@ -375,6 +415,9 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
                 seen_cols.add(c)
                 meta_cols.append(c)
     meta_cols.sort()
+    if limits.max_columns is not None and len(meta_cols) + len(CORE) > limits.max_columns:
+        raise RecordsTooLarge(f"the records have {len(meta_cols) + len(CORE):,} distinct fields; the limit is "
+                              f"{limits.max_columns:,}")
     absent = [c for c in REQUIRED if not any(c in r for r in rows if r)]
     if absent:  # no row has it (JSONL): one whole-input error, not one per row
         raise missing_columns_error([c for c in (*CORE, *meta_cols) if any(c in r for r in rows if r)], absent)
@@ -464,6 +507,10 @@ def from_rows(rows: Sequence[Mapping[str, object]]) -> Records:
             [RecordError(None, "system", f"need at least 2 systems, found {len(sys_names)}")]
         )
     task_names = sorted(set(tasks))
+    cells = len(sys_names) * len(task_names)
+    if limits.max_cells is not None and cells > limits.max_cells:  # before the [systems, tasks] matrices
+        raise RecordsTooLarge(f"the dataset has {len(sys_names):,} systems x {len(task_names):,} tasks = "
+                              f"{cells:,}; the limit is {limits.max_cells:,}")
     s_index = {n: i for i, n in enumerate(sys_names)}
     t_index = {n: i for i, n in enumerate(task_names)}
     rs = np.fromiter((s_index[s] for s in systems), dtype=np.intp, count=len(systems))

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import math
 import uuid
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Annotated, Any
 
@@ -23,12 +24,13 @@ from sqlalchemy.orm import Session
 
 from service.datasets import repository as datasets_repo
 from service.datasets import service as datasets
-from service.datasets.router import Upload, read_upload
+from service.datasets.router import Upload, upload_context
 from service.deps import SessionDep, SettingsDep
 from service.engine import evalstats
 from service.engine import leaderboard as board_stats
 from service.engine.spec import NAMED_POLICIES
 from service.errors import NotFound, ServiceError
+from service.limits import record_limits
 from service.replays import pairs as replay_pairs
 from service.replays import repository as replays_repo
 from service.replays import service as replays
@@ -191,24 +193,31 @@ def _problems(detail: Any) -> list[str]:
     return [str(detail)]
 
 
-async def _form_upload(request: Request) -> Upload | ServiceError:
+async def _form_upload(request: Request) -> AsyncIterator[Upload | ServiceError]:
+    """The upload (holding its parsing slot until the endpoint returns), or the error to show."""
+    context = upload_context(request)
     try:
-        return await read_upload(request)
+        upload = await context.__aenter__()
     except ServiceError as exc:
-        return exc
+        yield exc
+        return
+    try:
+        yield upload
+    finally:
+        await context.__aexit__(None, None, None)
 
 
 @router.post("/datasets", response_class=HTMLResponse)
 def upload_dataset(
-    upload: Annotated[Upload | ServiceError, Depends(_form_upload)], session: SessionDep, settings: SettingsDep
+    upload: Annotated[Upload | ServiceError, Depends(_form_upload, scope="function")], session: SessionDep,
+    settings: SettingsDep,
 ) -> Response:
     """The upload form: the same validation and storage as ``POST /v1/datasets``."""
     if isinstance(upload, ServiceError):
         return _index(session, status_code=upload.status_code, errors=_problems(upload.detail))
     try:
         dataset, _created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
-                                            max_rows=settings.max_upload_rows,
-                                            max_cells=settings.max_systems_x_tasks)
+                                            limits=record_limits(settings))
     except ServiceError as exc:
         return _index(session, status_code=exc.status_code, errors=_problems(exc.detail))
     return RedirectResponse(f"/?dataset={dataset.id}#replay-form", status_code=303)
