@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service import limits
+from service.config import Settings
 from service.decisions import service
 from service.decisions.schemas import DecisionCreate
 
@@ -41,7 +43,8 @@ class DecisionFastPath:
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         if messages[-1]["type"] == "http.request":
-            answer = _try_decide(b"".join(m.get("body", b"") for m in messages), self.calibration_ttl)
+            answer = _try_decide(b"".join(m.get("body", b"") for m in messages), self.calibration_ttl,
+                                 scope["app"].state.settings)
             if answer is not None:
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-length", str(len(answer)).encode("latin-1")),
@@ -55,13 +58,18 @@ class DecisionFastPath:
         await self.app(scope, replay, send)
 
 
-def _try_decide(raw: bytes, calibration_ttl: float) -> bytes | None:
-    """The answer for an inline universe, or for a dataset whose universe and calibration
-    are cached in this process; ``None`` to leave the request to the route."""
+def _try_decide(raw: bytes, calibration_ttl: float, settings: Settings) -> bytes | None:
+    """The answer for a small inline universe, or for a dataset whose universe and calibration
+    are cached in this process; ``None`` to leave the request to the route (which decides a
+    large one off the event loop: see ``limits.check_decision``)."""
+    if len(raw) > settings.decision_inline_bytes:
+        return None
     try:
         body = DecisionCreate.model_validate_json(raw)
         if body.forecast:  # a forecast simulates: not on the event loop
             return None
-        return service.decision_json(None, body, calibration_ttl=calibration_ttl, cached_only=True)
+        if limits.check_decision(body, settings) > settings.decision_inline_work:
+            return None
+        return service.decision_json(None, body, calibration_ttl=calibration_ttl, cached_only=True, settings=settings)
     except Exception:  # the route runs it again and its handlers say what is wrong (or 500)
         return None

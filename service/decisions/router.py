@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from service import limits
 from service.decisions import service
 from service.decisions.schemas import DecisionCreate, DecisionRead
 from service.errors import NotFound, Unprocessable, responses
@@ -26,6 +27,12 @@ async def decision_body(request: Request) -> DecisionCreate:
     every task, and FastAPI's path (``json.loads`` then validation of the Python objects)
     costs about twice as much for a few hundred outcomes."""
     raw = await request.body()
+    if len(raw) > request.app.state.settings.decision_inline_bytes:  # 0.5 s for 4 MB: not on the loop
+        return await run_in_threadpool(parse_decision, raw)
+    return parse_decision(raw)
+
+
+def parse_decision(raw: bytes) -> DecisionCreate:
     try:
         return DecisionCreate.model_validate_json(raw)
     except ValidationError as exc:
@@ -47,12 +54,17 @@ async def create_decision(request: Request) -> Response:
     # The body is parsed here rather than by a dependency: FastAPI's dependency solving is
     # a measurable share of a request this small. (Most such requests never get here:
     # service.decisions.fastpath answers them before routing.)
+    # A decision larger than ``decision_inline_work`` cells (limits.check_decision: universe,
+    # observations, and the rule's own term) runs in a thread too: a 100,000-task anytime
+    # decision once held the loop, and every other request of the process, for seconds.
     body = await decision_body(request)
-    if body.dataset_id is None and not body.forecast:  # a forecast simulates continuations: in a thread
-        out = service.decision_json(None, body)
+    settings = request.app.state.settings
+    work = limits.check_decision(body, settings)
+    if body.dataset_id is None and not body.forecast and work <= settings.decision_inline_work:
+        out = service.decision_json(None, body, settings=settings)  # a forecast simulates continuations: in a thread
     else:
-        ttl = request.app.state.settings.calibration_cache_seconds
+        ttl = settings.calibration_cache_seconds
         out = await run_in_threadpool(
-            lambda: service.decision_json(request.app.state.sessionmaker, body, calibration_ttl=ttl)
+            lambda: service.decision_json(request.app.state.sessionmaker, body, calibration_ttl=ttl, settings=settings)
         )
     return Response(content=out, media_type="application/json")

@@ -71,7 +71,7 @@ class DecisionCreate(RuleOptions):
     order: list[str] | None = Field(default=None, description="Sequence in which tasks were observed (anytime).")
     budgets: list[float] | None = Field(default=None, description="Budget grid (fractions) for `next`.")
     budget: float | None = Field(default=None, description="The run's budget cap, a fraction of N.")
-    seed: int = Field(default=0, description="Mixed into the seeds of `next` tie-breaks and finite bootstraps.")
+    seed: int = Field(default=0, ge=0, description="Mixed into the seeds of `next` tie-breaks and finite bootstraps.")
     calibration: bool = Field(default=True, description="Look up a finished replay of the dataset.")
     forecast: bool = Field(
         default=False,

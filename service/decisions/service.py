@@ -15,6 +15,8 @@ from typing import Any
 from pydantic_core import to_json
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import limits
+from service.config import Settings
 from service.datasets import service as datasets
 from service.decisions import repository
 from service.decisions.schemas import DecisionCreate, RuleOptions
@@ -269,9 +271,10 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
 
 
 def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calibration_ttl: float = 0.0,
-           cached_only: bool = False) -> dict[str, Any]:
+           cached_only: bool = False, settings: Settings | None = None) -> dict[str, Any]:
     """One stateless decision. Opens a (read-only) database session only for a dataset whose
-    universe or calibration is not cached; ``cached_only`` raises ``NeedsDatabase`` instead."""
+    universe or calibration is not cached; ``cached_only`` raises ``NeedsDatabase`` instead.
+    With ``settings``, a dataset's universe is held to the same limits as an inline one."""
     try:
         check_systems(body.system_a, body.system_b)
         choice = resolve_rule(body, "bootstrap")
@@ -301,6 +304,8 @@ def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calib
                 if cached_only:
                     raise NeedsDatabase
                 universe = dataset_universe(session_of(), body.dataset_id, body.group)
+            if settings is not None:
+                limits.check_loaded_universe(universe.n, len(universe.group_names), body, settings)
             observed = observed_of(body, universe)
             cal = None
             if body.calibration:  # looked up before deciding: a cache miss costs no wasted decision
@@ -315,10 +320,11 @@ def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calib
 
 
 def decision_json(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calibration_ttl: float = 0.0,
-                  cached_only: bool = False) -> bytes:
+                  cached_only: bool = False, settings: Settings | None = None) -> bytes:
     """``decide`` as the response bytes (the route and ``fastpath`` answer through this).
 
     pydantic-core's encoder: a third of ``json.dumps``'s time here. The engine emits only
     JSON types and UUIDs (non-finite floats are already None), so anything else fails
     loudly instead of turning into a string."""
-    return to_json(decide(factory, body, calibration_ttl=calibration_ttl, cached_only=cached_only))  # type: ignore[arg-type]
+    out = decide(factory, body, calibration_ttl=calibration_ttl, cached_only=cached_only, settings=settings)
+    return to_json(out)  # type: ignore[arg-type]

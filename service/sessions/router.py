@@ -30,7 +30,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 )
 def create_session(body: SessionCreate, request: Request, response: Response) -> Any:
     with transaction(request.app.state.sessionmaker) as session:
-        row = service.create(session, body)
+        row = service.create(session, body, request.app.state.settings)
         out = service.read(session, row)
     response.headers["Location"] = f"/v1/sessions/{row.id}"
     return out

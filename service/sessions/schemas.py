@@ -22,7 +22,9 @@ class SessionCreate(RuleOptions):
     system_b: str = Field(default="B", max_length=200)
     universe: UniverseIn | None = None
     dataset_id: uuid.UUID | None = Field(default=None, description="Take the universe and groups from a dataset.")
-    group: str | None = Field(default=None, description="Dataset grouping key (a column or 'col1,col2').")
+    group: str | None = Field(
+        default=None, max_length=200, description="Dataset grouping key (a column or 'col1,col2')."
+    )
     rule: str | None = Field(default=None, description="Default anytime: it may conclude after any observation.")
     budgets: list[float] = Field(
         default=[0.25, 0.5, 0.75, 1.0],
@@ -35,7 +37,9 @@ class SessionCreate(RuleOptions):
         "pocock, or none (level a at every checkpoint: optional stopping, kept for comparison). Not for anytime.",
     )
     trials: int = Field(default=1, ge=1, le=1000, description="Trials per system and task before a task counts.")
-    seed: int | None = Field(default=None, description="Seed of the recommended order (default: from the universe).")
+    seed: int | None = Field(
+        default=None, ge=0, le=2**63 - 1, description="Seed of the recommended order (default: from the universe)."
+    )
 
 
 class ObservationsCreate(BaseModel):
