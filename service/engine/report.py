@@ -6,10 +6,10 @@ the same bytes whatever the chunking or the number of workers.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 
+from service.engine import csvsafe
 from service.engine.replay import METRICS
 
 BUDGET_FIELDS = ("budget", "k_mean", "cases", "n_positive", "n_negative", "accept", "reject", "defer",
@@ -31,7 +31,7 @@ def _config_cells(conf: dict) -> list[object]:
 def report_csv(report: dict) -> str:
     """One row per (configuration, budget) with every metric; empty cell = null."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = csvsafe.writer(buf, lineterminator="\n")  # policy and group names are the user's text
     w.writerow([*CONFIG_FIELDS, *BUDGET_FIELDS, "minimum_sufficient_budget", "error_coverage_budget"])
     for conf in report["configurations"]:
         for b in conf["budgets"]:
