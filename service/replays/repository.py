@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy import delete as sql_delete
 from sqlalchemy.orm import Session, undefer
 
@@ -162,29 +162,28 @@ def stale_chunks(session: Session, older_than: datetime) -> list[ReplayChunk]:
     )
 
 
-def undelivered_chunks(session: Session, sent_before: datetime) -> list[ReplayChunk]:
-    """Pending chunks of running replays whose job was sent before ``sent_before`` and never
-    started (the message was lost, or is still waiting behind a long queue)."""
+def undelivered_chunks(session: Session) -> list[ReplayChunk]:
+    """Pending chunks of running replays whose job never left (the send failed and cleared
+    the dispatch time). A chunk that was sent and is merely waiting in the queue is not one:
+    the broker holds it (and redelivers it if a worker takes it and dies before acking), so
+    sending it again would only duplicate the queue (50 replays once made 4,015 messages
+    for 300 chunks)."""
     return list(
         session.scalars(
             select(ReplayChunk)
             .join(Replay, Replay.id == ReplayChunk.replay_id)
-            .where(
-                Replay.status == RUNNING,
-                ReplayChunk.status == CHUNK_PENDING,
-                or_(ReplayChunk.dispatched_at.is_(None), ReplayChunk.dispatched_at < sent_before),
-            )
+            .where(Replay.status == RUNNING, ReplayChunk.status == CHUNK_PENDING, ReplayChunk.dispatched_at.is_(None))
             .with_for_update(of=ReplayChunk, skip_locked=True)
         )
     )
 
 
-def undelivered_replays(session: Session, sent_before: datetime) -> list[Replay]:
-    """Queued replays whose ``replays.run`` was sent before ``sent_before`` and never ran."""
+def undelivered_replays(session: Session) -> list[Replay]:
+    """Queued replays whose ``replays.run`` never left (the send failed)."""
     return list(
         session.scalars(
             select(Replay)
-            .where(Replay.status == QUEUED, or_(Replay.dispatched_at.is_(None), Replay.dispatched_at < sent_before))
+            .where(Replay.status == QUEUED, Replay.dispatched_at.is_(None))
             .with_for_update(skip_locked=True)
         )
     )

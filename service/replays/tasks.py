@@ -4,9 +4,10 @@
 - ``replays.chunk``: replay pairs ``[start, stop)`` of one chunk and store the result once
   (the ``(replay_id, chunk_index)`` row is written only while not done); the last chunk to
   land merges all of them with ``build_report``.
-- ``replays.sweep``: re-dispatch chunks whose worker died (no heartbeat for
-  ``stale_after_seconds``), send again what was never sent (the broker was down: the send
+- ``replays.sweep``: re-dispatch chunks a worker started and then stopped beating for
+  (``stale_after_seconds``), send again what was never sent (the broker was down: the send
   failure cleared the row's dispatch time) and finalize replays whose last step was lost.
+  A chunk merely waiting in the queue is never sent twice.
 
 Results never depend on how pairs are chunked (engine contract), so a chunk computed twice,
 or by another worker after a kill -9, stores the same bytes; the report equals an
@@ -196,8 +197,9 @@ def _fail(ctx: TaskContext, rid: uuid.UUID, exc: BaseException) -> None:
 
 @task("replays.sweep")
 def sweep(ctx: TaskContext) -> None:
-    """Recover work a dead worker left behind (kill -9) or a message that never arrived
-    (broker down at send time): each is sent again at most once per ``stale_after_seconds``."""
+    """Recover work a dead worker left behind (kill -9: a chunk it started and stopped
+    beating for during ``stale_after_seconds``) or a message that never left (broker down at
+    send time). Chunks that are only waiting in the queue are left alone."""
     now = utcnow()
     cutoff = now - timedelta(seconds=ctx.settings.stale_after_seconds)
     with transaction(ctx.sessionmaker) as session:
@@ -206,12 +208,11 @@ def sweep(ctx: TaskContext) -> None:
             repository.release_chunk(chunk)
             chunk.dispatched_at = now
             enqueue(session, "replays.chunk", str(chunk.replay_id), chunk.chunk_index)
-        for chunk in repository.undelivered_chunks(session, cutoff):
-            log.warning("re-sending chunk %s of replay %s (sent %s)", chunk.chunk_index, chunk.replay_id,
-                        chunk.dispatched_at)
+        for chunk in repository.undelivered_chunks(session):
+            log.warning("re-sending chunk %s of replay %s (its send failed)", chunk.chunk_index, chunk.replay_id)
             chunk.dispatched_at = now
             enqueue(session, "replays.chunk", str(chunk.replay_id), chunk.chunk_index)
-        for replay in repository.undelivered_replays(session, cutoff):
+        for replay in repository.undelivered_replays(session):
             log.warning("re-sending replay %s (queued since %s)", replay.id, replay.created_at)
             replay.dispatched_at = now
             enqueue(session, "replays.run", str(replay.id))
