@@ -47,6 +47,11 @@ def _split(token: str) -> str | None:
     return prefix
 
 
+def prefix_of(token: str) -> str | None:
+    """The public prefix of a well-formed token (it names a key, it is not a secret)."""
+    return _split(token)
+
+
 def create(session: Session, *, name: str, scopes: str | list[str], owner: str | None = None) -> tuple[ApiKey, str]:
     """A new key and its token (the only time the token exists in clear)."""
     name = name.strip()

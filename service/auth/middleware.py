@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import time
+from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,11 +37,17 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class TokenBuckets:
-    """Per-key token buckets (in this process only): ``rate`` tokens a second up to ``burst``."""
+    """Per-key token buckets (in this process only): ``rate`` tokens a second up to ``burst``.
+    At most ``max_keys`` buckets are kept, the least recently used evicted first (a bucket
+    evicted is a full one again: the memory of clients rotating addresses stays bounded)."""
 
-    def __init__(self, rate: float, burst: int):
+    def __init__(self, rate: float, burst: int, max_keys: int = 10_000):
         self.rate, self.burst = rate, max(burst, 1)
-        self._state: dict[Any, tuple[float, float]] = {}
+        self.max_keys = max(max_keys, 1)
+        self._state: OrderedDict[Any, tuple[float, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._state)
 
     def take(self, key: Any, now: float | None = None, *, spend: bool = True) -> float:
         """Spend one token (or, with ``spend=False``, only look): 0 when allowed, else the
@@ -51,10 +58,16 @@ class TokenBuckets:
         tokens, last = self._state.get(key, (float(self.burst), now))
         tokens = min(float(self.burst), tokens + (now - last) * self.rate)
         if tokens >= 1.0:
-            self._state[key] = (tokens - 1.0 if spend else tokens, now)
+            self._put(key, (tokens - 1.0 if spend else tokens, now))
             return 0.0
-        self._state[key] = (tokens, now)
+        self._put(key, (tokens, now))
         return (1.0 - tokens) / self.rate
+
+    def _put(self, key: Any, value: tuple[float, float]) -> None:
+        self._state[key] = value
+        self._state.move_to_end(key)
+        while len(self._state) > self.max_keys:
+            self._state.popitem(last=False)
 
 
 class TrustMiddleware:
@@ -63,10 +76,15 @@ class TrustMiddleware:
         self.fastapi_app = fastapi_app
         self.settings = settings
         self.required = settings.auth == "required"
-        self.buckets = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
-        self.refused = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
-        """Requests refused for a missing or bad key, per client address (slows key guessing)."""
+        self.buckets = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst,
+                                    settings.rate_limit_max_addresses)
+        self.refused = TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst,
+                                    settings.rate_limit_max_addresses)
+        """Requests refused for a missing or bad key, per client address and key prefix (slows
+        guessing one key's secret; a flood of other guesses does not hold back a valid key)."""
         self._verified: dict[str, tuple[float, Principal | None]] = {}
+        self._known_good: OrderedDict[str, None] = OrderedDict()
+        """Digests of tokens that verified in this process: they pass a throttled address."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -83,8 +101,10 @@ class TrustMiddleware:
             needed = required_scope(method, path)
             if needed is not None:
                 address = (scope.get("client") or ("unknown", 0))[0]
-                wait = self.refused.take(address, spend=False)
-                if wait > 0:
+                token = _credentials(_headers(scope))[0]
+                throttle_key = (address, _prefix_of(token))
+                wait = self.refused.take(throttle_key, spend=False)
+                if wait > 0 and not self._is_known_good(token):
                     retry = max(1, math.ceil(wait))
                     await _error(429, "rate_limited", f"too many requests without a valid key from this address; "
                                  f"retry in {retry} s", {"retry-after": str(retry)})(send)
@@ -92,7 +112,7 @@ class TrustMiddleware:
                 outcome = await self._authorize(scope, method, needed)
                 if not isinstance(outcome, Principal):
                     if outcome.status == 401:
-                        self.refused.take(address)
+                        self.refused.take(throttle_key)
                     await outcome(send)
                     return
                 principal = outcome
@@ -153,10 +173,18 @@ class TrustMiddleware:
         principal = await anyio.to_thread.run_sync(self._lookup, token)
         if len(self._verified) > 10_000:
             self._verified.clear()
+        if principal is not None:
+            self._known_good[digest] = None
+            self._known_good.move_to_end(digest)
+            while len(self._known_good) > self.settings.rate_limit_max_addresses:
+                self._known_good.popitem(last=False)
         ttl = self.settings.auth_cache_seconds
         if ttl > 0:
             self._verified[digest] = (now + ttl, principal)
         return principal
+
+    def _is_known_good(self, token: str | None) -> bool:
+        return bool(token) and keys.hash_token(token) in self._known_good  # type: ignore[arg-type]
 
     def _lookup(self, token: str) -> Principal | None:
         factory = self.fastapi_app.state.sessionmaker
@@ -191,10 +219,19 @@ def _credentials(headers: dict[str, str]) -> tuple[str | None, str]:
     return None, ""
 
 
+def _prefix_of(token: str | None) -> str | None:
+    """The key a token names (its public prefix), for throttling guesses at one key; ``None``
+    for a missing or malformed token (those share one bucket per address)."""
+    return keys.prefix_of(token) if token else None
+
+
 def _same_origin(headers: dict[str, str]) -> bool:
+    """The request provably comes from this site's own pages. Fails closed: a request that
+    says nothing about where it comes from (no Origin, Referer or Sec-Fetch-Site) is refused,
+    since a browser resends Basic credentials on a cross-site form post."""
     origin = headers.get("origin") or headers.get("referer")
     if origin is None:
-        return headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+        return headers.get("sec-fetch-site") in ("same-origin", "none")
     return origin != "null" and urlsplit(origin).netloc == headers.get("host", "")
 
 
