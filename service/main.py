@@ -24,6 +24,7 @@ from service.auth.middleware import install_trust
 from service.auth.ownership import bind_owner_scope
 from service.config import Settings
 from service.db import engine_for, make_sessionmaker, run_migrations
+from service.docs import install_docs
 from service.errors import ErrorBody, install_handlers
 from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, bind_runner
 
@@ -103,8 +104,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="When is a partial agent-benchmark run enough? Datasets, replays, reports.",
         lifespan=lifespan,
+        docs_url=None,  # served by service.docs, without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
+    install_docs(app)
     install_handlers(app)
     if settings.decision_fast_path:  # added first: the trust middleware wraps it
         from service.decisions.fastpath import DecisionFastPath
@@ -146,6 +150,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 checks["broker"] = f"error: {type(exc).__name__}"
         if all(v == "ok" for v in checks.values()):
             return {"status": "ok", "checks": checks}
-        return JSONResponse({"error": "not_ready", "detail": checks}, status_code=503)
+        return JSONResponse({"error": "not_ready", "detail": checks}, status_code=503, headers={"Retry-After": "5"})
 
     return app

@@ -11,7 +11,7 @@ SCOPES = ("read", "submit", "decide", "admin")
 live sessions; ``admin``: keys."""
 
 PUBLIC = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
-PUBLIC_PREFIXES = ("/static/",)
+PUBLIC_PREFIXES = ("/static/", "/docs/assets/")
 """Probes, the API contract and the pages' own CSS/JS: no data behind them."""
 
 SUBMIT = frozenset({
