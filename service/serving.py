@@ -61,7 +61,10 @@ def _worker(host: str, port: int, log_level: str) -> None:
     except OSError as exc:
         print(f"sufficiency serve: worker cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
-    server = uvicorn.Server(uvicorn.Config(APP, factory=True, log_level=log_level))
+    from service.config import Settings
+    from service.http_limits import uvicorn_options
+
+    server = uvicorn.Server(uvicorn.Config(APP, factory=True, log_level=log_level, **uvicorn_options(Settings())))
     server.run(sockets=[sock])
     if not server.started:  # the app or its lifespan failed (uvicorn has logged why)
         sys.exit(STARTUP_FAILURE)

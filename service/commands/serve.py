@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["SUFFICIENCY_MIGRATE_ON_START"] = "false"
     if args.workers > 1 and reuseport_spreads():
         return Supervisor(args.host, args.port, args.workers, args.log_level).run()
+    from service.http_limits import uvicorn_options
+
     uvicorn.run(
         "service.main:create_app",
         factory=True,
@@ -59,5 +61,6 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        **uvicorn_options(settings),  # header size and time, connections, keep-alive, trusted proxies
     )
     return 0

@@ -1,0 +1,144 @@
+"""What ``sufficiency serve`` tells uvicorn, and the limits uvicorn itself lacks.
+
+uvicorn's httptools protocol (the one ``uvicorn[standard]`` picks) takes request headers of
+any size and waits for them forever: a 16 MB header was answered 200, eight unfinished
+32 MB headers held 380 MB, and 1,100 connections that sent their headers a byte at a time
+were all still open after 40 s. ``BoundedHttpTools`` adds two limits on the way in, before
+the request reaches the app:
+
+- the request line and headers of one request may take ``max_header_bytes``; past that the
+  connection gets a 431 and is closed (counted as they arrive, so an unfinished header is
+  cut off too);
+- a connection must finish sending a request's headers within ``header_timeout_seconds``
+  of opening (or of its previous response); else a 408 and close. uvicorn's keep-alive
+  timer covers only idle connections, and is reset by every byte.
+
+``uvicorn_options`` adds uvicorn's own: ``limit_concurrency`` (a 503 past it), the keep-alive
+timeout, h11's event size (should h11 be used), and X-Forwarded-For trusted only from
+``forwarded_allow_ips`` (uvicorn trusts loopback by default, which let any local client
+rotate its address past the per-address rate limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import lru_cache
+from typing import Any
+
+from service.config import Settings
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover  (uvicorn without httptools: h11's own size limit only)
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+@lru_cache(maxsize=1)
+def _limits() -> tuple[int, float]:
+    """(max_header_bytes, header_timeout_seconds) of this process (workers read the same
+    environment as the command that started them)."""
+    settings = Settings()
+    return settings.max_header_bytes, settings.header_timeout_seconds
+
+
+def configure(settings: Settings) -> None:
+    """Use ``settings`` instead of the environment (tests serving an app in a thread)."""
+    _limits.cache_clear()
+    _OVERRIDE[:] = [(settings.max_header_bytes, settings.header_timeout_seconds)]
+
+
+_OVERRIDE: list[tuple[int, float]] = []
+
+
+def _current() -> tuple[int, float]:
+    return _OVERRIDE[0] if _OVERRIDE else _limits()
+
+
+if HttpToolsProtocol is not None:
+
+    class BoundedHttpTools(HttpToolsProtocol):  # type: ignore[misc,valid-type]
+        """uvicorn's httptools protocol with a size and a time limit on request headers."""
+
+        _in_headers = True
+        _header_bytes = 0
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._max_bytes, self._timeout = _current()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._in_headers and not self.transport.is_closing():
+                self._header_bytes += len(data)  # the parser kept what it was fed: count it
+                if self._header_bytes > self._max_bytes:
+                    self._refuse(TOO_LARGE)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_headers = True
+            self._header_bytes = 0
+            if self._header_timer is None:
+                self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            self._disarm()
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._in_headers = True  # the next request's headers: the clock starts again
+                self._header_bytes = 0
+                self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(self._timeout, self._timed_out)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _timed_out(self) -> None:
+            self._header_timer = None
+            if self._in_headers and not self.transport.is_closing():
+                self._refuse(TIMEOUT if self._header_bytes else b"")
+
+        def _refuse(self, response: bytes) -> None:
+            self._disarm()
+            if response:
+                self.transport.write(response)
+            self.transport.close()
+
+else:  # pragma: no cover
+    BoundedHttpTools = None  # type: ignore[assignment,misc]
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.Config`` / ``uvicorn.run`` from the limits in Settings."""
+    trusted = settings.forwarded_allow_ips.strip()
+    options: dict[str, Any] = {
+        "limit_concurrency": settings.max_connections,
+        "timeout_keep_alive": settings.keep_alive_seconds,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": trusted or None,
+        "server_header": False,
+    }
+    if BoundedHttpTools is not None:
+        options["http"] = BoundedHttpTools
+    return options
+
+
+__all__ = ["BoundedHttpTools", "configure", "uvicorn_options"]
