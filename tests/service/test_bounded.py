@@ -1,0 +1,411 @@
+"""Bounded by design (issue 12): the hostile requests of the issue's table, each answered 4xx
+(or served) quickly and with bounded memory, on SQLite and Postgres where the database matters.
+
+Memory is measured in a subprocess (its peak RSS before and after the request), time is
+bounded generously (these requests used to take 5-52 s and gigabytes), and each refusal
+names the field and the limit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine
+
+from service.engine.csvsafe import neutralise
+from service.main import create_app
+from tests.service import procs
+from tests.service.conftest import SMALL_SPEC, make_settings, synth_csv, upload, wait_for
+
+PROBE = textwrap.dedent("""
+    import json, resource, sys, tempfile, time
+    from pathlib import Path
+    from fastapi.testclient import TestClient
+    from service.main import create_app
+    from tests.service.conftest import make_settings, synth_csv
+
+    def peak_mb():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    app = create_app(make_settings(data_dir=Path(tempfile.mkdtemp())))
+    with TestClient(app) as c:
+        ds = c.post("/v1/datasets", files={"file": ("b.csv", synth_csv(n_systems=2, n_tasks=1000), "text/csv")})
+        dataset_id = ds.json()["id"]
+        c.get("/v1/datasets")
+        before = peak_mb()
+        started = time.monotonic()
+        r = eval(sys.argv[1])
+        print(json.dumps({"status": r.status_code, "body": r.text[:2000], "seconds": time.monotonic() - started,
+                          "growth_mb": peak_mb() - before}))
+""")
+
+
+def probe(request: str) -> dict:
+    """Run ``request`` (an expression on the client ``c`` and ``dataset_id``: a dataset of 2
+    systems x 1,000 tasks) against a fresh app in a subprocess; its status, time and how
+    much its peak memory grew."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, request],
+        cwd=procs.REPO,
+        env=procs.env_for(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def detail_of(r) -> str:  # noqa: ANN001
+    return json.dumps(r.json()["detail"])
+
+
+# ------------------------------------------------------------------- rows 1, 2, 5: sizes
+
+
+@pytest.mark.parametrize("budgets", ["0.5:1:1e-300", "0.5:1:1e-6"])
+def test_a_budget_range_is_counted_before_it_is_expanded(budgets: str) -> None:
+    res = probe(f'c.post("/v1/replays", json={{"dataset_id": dataset_id, "budgets": "{budgets}"}})')
+    assert res["status"] == 422, res
+    detail = json.loads(res["body"])["detail"][0]
+    assert detail["field"] == "budgets" and "the limit is 200" in detail["message"]
+    assert res["seconds"] < 5 and res["growth_mb"] < 50, res
+
+
+def test_orders_that_fit_the_case_ceiling_but_not_memory_are_refused_at_submission() -> None:
+    """2 systems x 1,000 tasks with 100,000 orders: 3.8 M cases, 202 before, then a
+    MemoryError in the worker. Now a 422 that says how much and why."""
+    res = probe('c.post("/v1/replays", json={"dataset_id": dataset_id, "orders": 100000})')
+    assert res["status"] == 422, res
+    detail = json.loads(res["body"])["detail"][0]
+    assert detail["field"] == "orders" and "MiB" in detail["message"] and "the limit is 2,048 MiB" in detail["message"]
+    assert res["seconds"] < 10 and res["growth_mb"] < 100, res
+
+
+def test_systems_x_tasks_is_refused_before_the_dense_matrices() -> None:
+    """8,000 rows ``s{i},t{i},1`` (110 kB): 8,000 x 8,000 = 64 M cells; the matrices were
+    built first (2.7 GB). Now the parser refuses from the distinct names alone."""
+    rows = "system,task_id,outcome\n" + "".join(f"s{i},t{i},1\n" for i in range(8000))
+    res = probe(f'c.post("/v1/datasets", files={{"file": ("x.csv", {rows.encode()!r}, "text/csv")}})')
+    assert res["status"] == 413, res
+    assert "8,000 systems x 8,000 tasks = 64,000,000; the limit is 1,000,000" in res["body"]
+    assert res["seconds"] < 10 and res["growth_mb"] < 100, res
+
+
+def test_a_wide_header_is_refused_and_its_duplicate_check_is_linear(tmp_path) -> None:  # noqa: ANN001
+    header = ",".join(["system", "task_id", "outcome", *(f"c{i}" for i in range(40_000))]) + "\n"
+    with TestClient(create_app(make_settings(data_dir=tmp_path))) as c:
+        started = time.monotonic()
+        r = c.post("/v1/datasets", files={"file": ("w.csv", header.encode() + b"a,t,1" + b"," * 40_000, "text/csv")})
+        assert r.status_code == 413 and "40,003 columns; the limit is 200" in r.json()["detail"]
+        assert time.monotonic() - started < 5
+    with TestClient(create_app(make_settings(data_dir=tmp_path, max_upload_columns=100_000))) as c:
+        dup = header.replace("c39999", "c0")
+        started = time.monotonic()
+        r = c.post("/v1/datasets", files={"file": ("w.csv", dup.encode() + b"a,t,1" + b"," * 40_000, "text/csv")})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "c0"
+        assert time.monotonic() - started < 10  # was 16 s: a quadratic count per column
+
+
+# ---------------------------------------------------------------- row 3: inline decisions
+
+
+def _universe(n: int, groups: int | None = None) -> dict:
+    ids = [f"t{i}" for i in range(n)]
+    u: dict = {"task_ids": ids}
+    if groups:
+        u["groups"] = [f"g{i % groups}" for i in range(n)]
+    return u
+
+
+def test_decisions_are_bounded_and_large_ones_run_off_the_event_loop(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Inline universes never touch the database: one backend is enough."""
+    from service.decisions import service
+
+    threads: list[str] = []
+    real = service.decide
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service, "decide", recording)
+    with TestClient(create_app(make_settings(data_dir=tmp_path))) as c:
+        loop_thread: list[str] = []
+
+        @c.app.get("/_thread")
+        async def _thread() -> dict:
+            loop_thread.append(threading.current_thread().name)
+            return {}
+
+        c.get("/_thread")
+        small = {"universe": _universe(200), "outcomes": {"A": {"t1": 1, "t2": 0}, "B": {"t1": 0, "t2": 0}}}
+        assert c.post("/v1/decisions", json=small).status_code == 200
+        n = 100_000
+        half = {f"t{i}": i % 2 for i in range(n // 2)}
+        big = {
+            "universe": _universe(n),
+            "outcomes": {"A": half, "B": {t: 1 - v for t, v in half.items()}},
+            "rule": "anytime",
+        }
+        r = c.post("/v1/decisions", json=big)
+        assert r.status_code == 200, r.text
+        assert threads[0] == loop_thread[0] and threads[1] != loop_thread[0]  # small on the loop, large not
+        grouped = {**big, "universe": _universe(n, groups=1000)}  # was 8 s and 1.2 GB on the event loop
+        started = time.monotonic()
+        r = c.post("/v1/decisions", json=grouped)
+        assert r.status_code == 422 and "50,000,000 cells" not in detail_of(r)
+        assert "tasks x groups" in detail_of(r) and "the limit is 4,000,000" in detail_of(r)
+        assert time.monotonic() - started < 5
+        r = c.post("/v1/decisions", json={**small, "universe": _universe(100_001)})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "universe.task_ids"
+        r = c.post(
+            "/v1/decisions",
+            json={**small, "bootstrap": 1_000_000, "universe": _universe(10_000), "outcomes": {"A": half, "B": half}},
+        )
+        assert r.status_code == 422 and "finite bootstrap" in detail_of(r)
+
+
+# ------------------------------------------------------------------ row 6: checkpoints
+
+
+def test_session_checkpoints_are_capped_and_passed_ones_are_not_recomputed(backend: dict, monkeypatch) -> None:  # noqa: ANN001
+    from service.sessions import service
+
+    with TestClient(create_app(make_settings(**backend))) as c:
+        many = [round((i + 1) / 4000, 6) for i in range(4000)]
+        r = c.post("/v1/sessions", json={"universe": _universe(4000), "budgets": many})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "budgets"
+        assert "4,000 checkpoints; the limit is 200" in r.json()["detail"][0]["message"]
+        budgets = [round((i + 1) / 200, 6) for i in range(200)]
+        sid = c.post(
+            "/v1/sessions", json={"universe": _universe(400), "budgets": budgets, "rule": "paired_normal"}
+        ).json()["id"]
+        obs = [
+            {"task_id": f"t{i}", "system": s, "outcome": (i + (s == "B")) % 2}  # a mean difference of 0
+            for i in range(300)
+            for s in ("A", "B")
+        ]
+        assert c.post(f"/v1/sessions/{sid}/observations", json={"observations": obs}).status_code == 200
+        calls = [0]
+        real = service.live_decision
+
+        def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls[0] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(service, "live_decision", counting)
+        first = c.get(f"/v1/sessions/{sid}").json()
+        assert len(first["history"]) == 150 and calls[0] <= 2  # the 150 passed checkpoints were remembered
+        again = c.get(f"/v1/sessions/{sid}").json()
+        assert again == first
+
+
+# ---------------------------------------------------------------- row 9: decoders
+
+
+def test_every_decoder_error_is_a_4xx(backend: dict) -> None:
+    bomb = b"[" * 100_000 + b"]" * 100_000
+    digits = b"1" * 5000
+    with TestClient(create_app(make_settings(**backend)), raise_server_exceptions=False) as c:
+        jsonl = {
+            "nesting": b'{"system":' + bomb + b',"task_id":"t","outcome":1}\n',
+            "digits": b'{"system":"a","task_id":"t","outcome":' + digits + b"}\n",
+        }
+        for name, content in jsonl.items():
+            r = c.post("/v1/datasets", files={"file": ("b.jsonl", content, "application/json")})
+            assert r.status_code == 422 and "not valid JSON" in r.json()["detail"][0]["message"], (name, r.text)
+        bodies = {
+            "nesting": b'{"rows":' + bomb + b"}",
+            "digits": b'{"rows":[{"system":"a","task_id":"t","outcome":' + digits + b"}]}",
+            "not utf-8": b'{"rows":[{"system":"\xff\xfe","task_id":"t","outcome":1}]}',
+        }
+        for name, content in bodies.items():
+            r = c.post("/v1/datasets", content=content, headers={"content-type": "application/json"})
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body", (name, r.text)
+        for path in ("/v1/decisions", "/v1/sessions", "/v1/replays", "/v1/stats/passk"):
+            for content in (b'{"seed":' + digits + b"}", b'{"system_a":"\xff\xfe"}', b'{"x":' + bomb + b"}"):
+                r = c.post(path, content=content, headers={"content-type": "application/json"})
+                assert 400 <= r.status_code < 500, (path, r.status_code, r.text[:200])
+        u = {"universe": {"task_ids": ["a", "b", "c"]}}
+        r = c.post(
+            "/v1/decisions", json={**u, "seed": -1, "bootstrap": 100, "outcomes": {"A": {"a": 1}, "B": {"a": 0}}}
+        )
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "seed"
+        for seed in (-1, 2**63):
+            r = c.post("/v1/sessions", json={**u, "seed": seed})
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "seed", r.text
+
+
+# ---------------------------------------------------------- rows 10, 11: text and lengths
+
+
+def test_text_reaching_csv_is_neutralised(client: TestClient) -> None:
+    content = synth_csv(n_systems=3, n_tasks=30).decode().replace(",group", ",=cmd|' /C calc'!A0", 1).encode()
+    ds = upload(client, content)
+    spec = {
+        "dataset_id": ds["id"],
+        "orders": 5,
+        "budgets": [0.5, 1.0],
+        "deltas": [0, -5],
+        "seed": 1,
+        "policies": [
+            {"name": '=HYPERLINK("http://evil.example","x")', "order": "uniform", "rule": "forced"},
+            {"name": "@SUM(1+1)", "order": "uniform", "rule": "serfling"},
+            {"name": "-2+3", "order": "stratified", "rule": "forced"},
+            {"name": "+tab", "order": "uniform", "rule": "paired_normal"},
+        ],
+        "groups": ["=cmd|' /C calc'!A0"],
+    }
+    r = client.post("/v1/replays", json=spec)
+    assert r.status_code == 202, r.text
+    assert wait_for(client, r.json()["id"])["status"] == "succeeded"
+    text = client.get(f"/v1/replays/{r.json()['id']}/report.csv").text
+    cells = [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+    assert '\'=HYPERLINK("http://evil.example","x")' in cells and "'=cmd|' /C calc'!A0" in cells
+    bad = [
+        cell
+        for cell in cells
+        if cell[:1] in ("=", "+", "@", "\t", "\r") or (cell[:1] == "-" and not cell[1:2].isdigit())
+    ]
+    assert not bad, bad
+    assert any(cell.startswith("-5") for cell in cells)  # negative numbers stay numbers
+    report = client.get(f"/v1/replays/{r.json()['id']}/report").json()  # the JSON keeps the names as given
+    assert report["configurations"][0]["policy"]["name"].startswith(("=", "@", "-", "+"))
+
+
+def test_neutralise() -> None:
+    assert [neutralise(v) for v in ("=1+1", "+x", "@a", "-x", "\tx", "\rx", "-1.5", "-.5", "a=b", "", -2.0)] == [
+        "'=1+1",
+        "'+x",
+        "'@a",
+        "'-x",
+        "'\tx",
+        "'\rx",
+        "-1.5",
+        "-.5",
+        "a=b",
+        "",
+        -2.0,
+    ]
+
+
+def test_lengths_match_the_columns(client: TestClient) -> None:
+    """Too long for its column: a 422 naming the field, never the database's error."""
+    ds = upload(client, synth_csv(n_systems=3, n_tasks=20))
+    policy = {"name": "p" * 201, "order": "uniform", "rule": "forced"}
+    r = client.post("/v1/replays", json={"dataset_id": ds["id"], "policies": [policy], "orders": 5})
+    assert r.status_code == 422 and "policies" in r.json()["detail"][0]["field"]
+    named = f"order=uniform,rule=forced,name={'q' * 201}"
+    r = client.post("/v1/replays", json={"dataset_id": ds["id"], "policies": [named], "orders": 5})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "policies", r.text
+    r = client.post("/v1/replays", json={"dataset_id": ds["id"], "groups": ["g" * 201], "orders": 5})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "groups[0]"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": ["t" * 501, "b"]}})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "universe.task_ids[0]"
+    assert "500 characters" in r.json()["detail"][0]["message"]
+    ok = client.post("/v1/sessions", json={"universe": {"task_ids": ["t" * 500, "b"]}})
+    assert ok.status_code == 201
+    obs = [{"task_id": "t" * 500, "system": s, "outcome": 1} for s in ("A", "B")]
+    assert client.post(f"/v1/sessions/{ok.json()['id']}/observations", json={"observations": obs}).status_code == 200
+    r = client.post("/v1/sessions", json={"dataset_id": ds["id"], "group": "g" * 201})
+    assert r.status_code == 422
+
+
+# ---------------------------------------------------------------- row 13: the sweeper
+
+
+def test_the_sweeper_resends_only_what_a_worker_started_and_left(backend: dict, redis_broker) -> None:  # noqa: ANN001
+    """Replays queued behind a long queue (no worker here) are not sent again by sweeps; a
+    chunk a worker claimed and stopped beating for is; a send that failed is."""
+    import redis
+
+    from service.db import transaction
+    from service.jobs import TASKS, TaskContext
+    from service.replays import repository
+    from service.replays.models import ReplayChunk
+
+    url, _ = redis_broker
+    queue = f"bounded_{uuid.uuid4().hex[:8]}"
+    settings = make_settings(**backend, broker_url=url, celery_queue=queue, stale_after_seconds=0.05)
+    r = redis.Redis.from_url(url)
+    try:
+        with TestClient(create_app(settings)) as c:
+            ds = upload(c, synth_csv(n_systems=3, n_tasks=20))
+            ids = [
+                c.post("/v1/replays", json={"dataset_id": ds["id"], **SMALL_SPEC, "seed": s}).json()["id"]
+                for s in range(3)
+            ]
+            ctx = TaskContext(settings=settings, sessionmaker=c.app.state.sessionmaker)
+            for rid in ids:  # what a worker does first: mark running, send every chunk
+                TASKS["replays.run"](ctx, rid)
+            sent = r.llen(queue)
+            assert sent == 3 + sum(c.get(f"/v1/replays/{rid}").json()["n_chunks"] for rid in ids)
+            time.sleep(0.1)
+            for _ in range(3):
+                TASKS["replays.sweep"](ctx)
+            assert r.llen(queue) == sent  # queued is not lost: nothing was sent twice
+            with transaction(c.app.state.sessionmaker) as s:
+                chunk = repository.get_chunk(s, uuid.UUID(ids[0]), 0)
+                repository.claim_chunk(s, chunk)  # a worker took it ...
+            time.sleep(0.1)  # ... and died: no heartbeat since
+            TASKS["replays.sweep"](ctx)
+            assert r.llen(queue) == sent + 1
+            with transaction(c.app.state.sessionmaker) as s:
+                s.query(ReplayChunk).filter(
+                    ReplayChunk.replay_id == uuid.UUID(ids[1]), ReplayChunk.chunk_index == 0
+                ).update({"dispatched_at": None})
+            TASKS["replays.sweep"](ctx)  # the send of that one failed (dispatch time cleared)
+            assert r.llen(queue) == sent + 2
+    finally:
+        r.delete(queue)
+        r.close()
+
+
+# ------------------------------------------------------------- rows 14, 15: CSRF, probes
+
+
+def test_a_basic_auth_form_post_that_says_nothing_of_its_origin_is_refused(backend: dict) -> None:
+    import base64
+
+    from service.auth import keys
+    from service.db import transaction
+
+    with TestClient(create_app(make_settings(**backend, auth="required"))) as c:
+        with transaction(c.app.state.sessionmaker) as s:
+            token = keys.create(s, name="me", scopes="read,submit")[1]
+        basic = {"Authorization": "Basic " + base64.b64encode(f"me:{token}".encode()).decode()}
+        files = {"file": ("b.csv", synth_csv(n_tasks=20), "text/csv")}
+        r = c.post("/datasets", files=files, headers=basic, follow_redirects=False)
+        assert r.status_code == 403 and r.json()["detail"] == "cross-origin request refused"
+        r = c.post("/datasets", files=files, headers={**basic, "Sec-Fetch-Site": "cross-site"}, follow_redirects=False)
+        assert r.status_code == 403
+        r = c.post("/datasets", files=files, headers={**basic, "Sec-Fetch-Site": "same-origin"}, follow_redirects=False)
+        assert r.status_code == 303
+        bearer = {"Authorization": f"Bearer {token}"}  # not a browser credential: no origin needed
+        assert c.post("/v1/datasets", files=files, headers=bearer).status_code in (200, 201)
+
+
+def test_readyz_503_says_when_to_retry(settings) -> None:  # noqa: ANN001
+    with TestClient(create_app(settings)) as c:
+        assert c.get("/readyz").status_code == 200
+        live = c.app.state.engine
+        c.app.state.engine = create_engine(
+            "postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 2}
+        )
+        try:
+            r = c.get("/readyz")
+            assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        finally:
+            c.app.state.engine.dispose()
+            c.app.state.engine = live
