@@ -147,7 +147,7 @@ def decision_work(
     matrices), a finite bootstrap off a lattice draws B x observed tasks indices."""
     k = min(n_tasks, n_observations)
     work = n_tasks + n_observations
-    if rule == "anytime" and coverage_aware:
+    if rule in ("anytime", "anytime_eb") and coverage_aware:
         work += k * n_groups
     if rule in (None, "bootstrap") and bootstrap != "exact" and isinstance(bootstrap, int):
         work += bootstrap * k

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.engine.betting import _BLOCK as BETTING_BLOCK
 from service.engine.records import group_labels
 from service.engine.replay import BLOCK_ELEMENTS, PAIR_BLOCK_CASES, Plan
+from service.engine.spec import ANYTIME_RULES
 
 ORDER_CACHE_ENTRIES = 65
 """``Plan._orders`` keeps up to 64 orders, then clears: at most 65 are alive at once."""
@@ -98,7 +100,7 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
             values = 2 * plan.lattice + 1
             blocks += (8 * values + 3 * 4 * (values + 1)) * per_block * reps * n_j
     anytime = 0
-    anytime_cfgs = [c for c in plan.configs if c.policy.rule == "anytime"]
+    anytime_cfgs = [c for c in plan.configs if c.policy.rule in ANYTIME_RULES]
     if anytime_cfgs:
         kmax = max(int(ts.ks.max()) for ts in plan._tasksets) if plan._tasksets else n
         g_any = max(groups[c.group] for c in anytime_cfgs)
@@ -106,7 +108,11 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
         # coverage along each order: one-hot int32 and its int64 cumsum [R, kmax, G]
         anytime = (4 + 8 + 1) * reps * kmax * g_any
         # the paths of a block (values, transposed copies, coverage, the walk's temporaries)
-        anytime += 40 * min(pairs, max(1, BLOCK_ELEMENTS // (reps * kmax))) * reps * kmax
+        steps = min(pairs, max(1, BLOCK_ELEMENTS // (reps * kmax))) * reps * kmax
+        anytime += 40 * steps
+        if any(c.policy.rule == "anytime" for c in anytime_cfgs):
+            # the betting process: ~28 float64 prefix-sum arrays over at most BETTING_BLOCK cases x steps
+            anytime += 28 * 8 * min(steps, BETTING_BLOCK)
         # per threshold: decisions, tasks used, coverage at stop, for the chunk's pairs
         anytime += thresholds * (1 + 8 + 8 + 1) * pairs * reps * n_j
     neyman = 0

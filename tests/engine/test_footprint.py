@@ -18,6 +18,9 @@ CASES = {
     "uniform forced": dict(policies=["uniform_forced"], orders=1500, budgets=[0.1, 0.3, 0.5, 0.7, 0.9]),
     "stratified bootstrap": dict(policies=["coverage_bootstrap"], orders=600, groups=["group"]),
     "anytime": dict(policies=["anytime_coverage"], orders=400, groups=["group"], deltas=[0, 5]),
+    "anytime_eb": dict(
+        policies=[{"order": "stratified", "rule": "anytime_eb", "coverage": "yes"}], orders=400, groups=["group"]
+    ),
     "neyman": dict(policies=["neyman_coverage_bootstrap"], orders=400, groups=["group"]),
     "cost": dict(policies=["cost_forced"], orders=400),
     "several orders": dict(
