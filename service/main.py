@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 ROUTERS = (
     "service.decisions.router",
     "service.sessions.router",
+    "service.placements.router",
     "service.datasets.router",
     "service.replays.router",
     "service.stats.router",

@@ -1,4 +1,4 @@
-"""Replays and live sessions belong to the owner of the key that created them.
+"""Replays, live sessions and placements belong to the owner of the key that created them.
 
 The middleware puts the request's principal in a context variable; a sessionmaker bound
 with :func:`bind_owner_scope` then (a) stamps new owned rows with that owner and (b) adds
@@ -16,13 +16,14 @@ from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 
 from service.auth.keys import Principal
+from service.placements.models import Placement
 from service.replays.models import Replay
 from service.sessions.models import LiveSession
 
 current_principal: ContextVar[Principal | None] = ContextVar("sufficiency_principal", default=None)
 
 
-OWNED: tuple[type[Any], ...] = (Replay, LiveSession)
+OWNED: tuple[type[Any], ...] = (Replay, LiveSession, Placement)
 
 
 def current_owner() -> str | None:

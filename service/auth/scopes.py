@@ -7,8 +7,8 @@ from __future__ import annotations
 
 SCOPES = ("read", "submit", "decide", "admin")
 """``read``: datasets, reports, leaderboards, figures, pages, calculators; ``submit``: uploads
-(renaming and deleting datasets) and replays (and cancelling them); ``decide``: decisions and
-live sessions; ``admin``: keys."""
+(renaming and deleting datasets) and replays (and cancelling them); ``decide``: decisions,
+live sessions and placements; ``admin``: keys."""
 
 PUBLIC = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 PUBLIC_PREFIXES = ("/static/", "/docs/assets/")
@@ -31,7 +31,7 @@ def required_scope(method: str, path: str) -> str | None:
         return None
     if path == "/v1/keys" or path.startswith("/v1/keys/"):
         return "admin"
-    if path.startswith(("/v1/decisions", "/v1/sessions")):
+    if path.startswith(("/v1/decisions", "/v1/sessions", "/v1/placements")):
         return "decide"
     if (method, path) in SUBMIT or (method == "DELETE" and path.startswith("/v1/replays/") and path.count("/") == 3):
         return "submit"

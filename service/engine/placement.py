@@ -1,0 +1,280 @@
+"""Placing a new entry on a stored leaderboard, live (SPEC §8.1).
+
+A harness runs only the new system; the board's outcomes come from a stored dataset. After
+each task the entry is compared with every board system ``j`` on the tasks both have, by the
+anytime-valid rule of the live decisions (``live.rule_verdict``, the code sessions call), at
+``δ = 0``: ``accept`` = the entry's full-run mean is above ``j``'s on ``j``'s tasks,
+``reject`` = it is not. The level ``a`` is split over the ``S`` board systems so that every
+conclusion holds at once with probability ``>= 1 - a``:
+
+* ``bonferroni``: each comparison at ``a / S``;
+* ``holm``: step-down over the anytime p-values: with ``r`` comparisons concluded, the open
+  ones are checked at ``a / (S - r)``, repeated until nothing new concludes. Anytime-valid
+  p-values are valid at any stopping time, and Holm's procedure is valid for any
+  dependence between them, so the family stays at ``a`` however the run stops.
+
+Rank interval: ``rank_low = 1 + #{reject}``, ``rank_high = S + 1 - #{accept}``. Without a
+wrong conclusion it holds the entry's **true rank** ``1 + #{j : Δ_full(entry, j) <= 0}`` (its
+rank by full-run paired differences, ties counted against the entry), so it covers that rank
+simultaneously with every comparison, with probability ``>= 1 - a``.
+
+Order. The anytime guarantee needs an order that does not depend on the entry's outcomes:
+choosing tasks by what the entry did so far would bias every difference. The placement order
+is therefore fixed at creation: stratified by the coverage groups (every prefix meets the
+floor when feasible, SPEC §4.1), and within each group stratified by how the board splits on
+the task (terciles of the board's mean outcome), so that the tasks that separate systems are
+spread evenly over every prefix rather than left to chance. ``next`` continues that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.engine import rules as R
+from service.engine.live import LiveError, LiveSpec, Observed, Universe, _coverage_path, next_tasks, rule_verdict
+from service.engine.orders import stratified_orders
+
+CORRECTIONS = ("holm", "bonferroni")
+DIFFICULTY_STRATA = 3
+
+
+@dataclass(frozen=True)
+class Board:
+    """The stored systems' outcomes over the universe: ``y[j, t]`` (NaN where ``j`` has no
+    outcome for ``t``), in universe order."""
+
+    systems: tuple[str, ...]
+    y: np.ndarray
+
+    @property
+    def observed(self) -> np.ndarray:
+        return ~np.isnan(self.y)
+
+    @property
+    def scores(self) -> np.ndarray:
+        return np.nanmean(self.y, axis=1)
+
+
+def placement_order(universe: Universe, board: Board, floor: str, seed: int) -> list[int]:
+    """The fixed order of a placement (positions in the universe): groups interleaved
+    earliest-deadline-first as in :func:`~service.engine.orders.stratified_orders`, and the
+    slots of each group filled by a proportional interleave of its board-difficulty terciles
+    (random within a tercile). Depends on the board and ``seed`` only."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), 16])))
+    labels = universe.labels
+    slots = labels[stratified_orders(labels, floor, 1, rng)[0]]  # which group each step serves
+    with np.errstate(invalid="ignore"):
+        ease = np.nanmean(board.y, axis=0)
+    ease = np.where(np.isnan(ease), 0.5, ease)
+    fill: dict[int, list[int]] = {}
+    for g in range(len(universe.group_names)):
+        tasks = np.flatnonzero(labels == g)
+        ranks = np.argsort(np.argsort(ease[tasks] + 1e-9 * rng.random(len(tasks)), kind="stable"), kind="stable")
+        strata = (ranks * DIFFICULTY_STRATA) // max(len(tasks), 1)
+        within = stratified_orders(strata.astype(np.intp), "proportional", 1, rng)[0] if len(tasks) else []
+        fill[g] = tasks[within].tolist() if len(tasks) else []
+    taken = dict.fromkeys(fill, 0)
+    out = []
+    for g in slots.tolist():
+        out.append(fill[g][taken[g]])
+        taken[g] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The entry's outcomes: ``y[t]`` mean over its trials (NaN = none yet), ``trials[t]``,
+    and ``sequence``: positions that became observed (``trials_needed`` trials), in order."""
+
+    y: np.ndarray
+    trials: np.ndarray
+    sequence: np.ndarray
+
+
+def aggregate_entry(universe: Universe, rows: Sequence[tuple[str, int, float]], trials_needed: int) -> Entry:
+    """Rows ``(task_id, trial, outcome)`` in storage order; a task counts once it has
+    ``trials_needed`` trials (the sequence is the order in which tasks got their last one)."""
+    n = universe.n
+    total = np.zeros(n)
+    count = np.zeros(n, dtype=np.int64)
+    sequence = []
+    for task, _trial, outcome in rows:
+        i = universe.index[task]
+        total[i] += outcome
+        count[i] += 1
+        if count[i] == trials_needed:
+            sequence.append(i)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return Entry(y, count, np.asarray(sequence, dtype=np.intp))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The entry against one board system on their common observed tasks."""
+
+    system: str
+    board_score: float
+    n_common: int
+    k: int
+    mean_difference: float | None
+    decision: str
+    level: float
+    stopped_at: int | None
+
+
+@dataclass(frozen=True)
+class PlacementState:
+    status: str
+    k: int
+    N: int
+    rank_low: int
+    rank_high: int
+    width: int
+    entry_score: float | None
+    comparisons: tuple[Comparison, ...]
+    rivals: tuple[str, ...]
+    next: dict | None
+
+
+def _lattice(values: np.ndarray) -> int | None:
+    if not values.size or np.array_equal(values, np.round(values)):
+        return 1
+    return R.find_lattice(values)
+
+
+def _verdicts(
+    entry: Entry, board: Board, cov: np.ndarray | None, spec: LiveSpec, levels: np.ndarray, todo: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decision and stop (step within each comparison's own sequence) of comparisons ``todo``."""
+    seq = entry.sequence
+    dec = np.zeros(len(board.systems), dtype=np.int64)
+    stop = np.zeros(len(board.systems), dtype=np.int64)
+    obs = board.observed
+    for j in np.flatnonzero(todo).tolist():
+        keep = obs[j, seq]
+        pos = seq[keep]
+        if not len(pos):
+            continue
+        d = entry.y[pos] - board.y[j, pos]
+        lat = _lattice(np.concatenate([entry.y[pos], board.y[j, pos]]))
+        s = LiveSpec(spec.rule, 0.0, float(levels[j]), spec.floor, coverage_aware=spec.coverage_aware)
+        v, stat = rule_verdict(s, d, int(obs[j].sum()), lat, None if cov is None else cov[keep])
+        dec[j] = v
+        stop[j] = stat.get("stopped_at") or 0
+    return dec, stop
+
+
+def placement_state(
+    universe: Universe,
+    board: Board,
+    entry: Entry,
+    spec: LiveSpec,
+    correction: str,
+    width: int,
+    order_rank: np.ndarray,
+) -> PlacementState:
+    """Every comparison's decision, the rank interval, the status and ``next`` (module doc).
+
+    ``spec`` carries the rule (``anytime``), ``a``, the floor and whether unmet coverage
+    defers; ``order_rank[t]`` is task ``t``'s position in the placement order. Status:
+    ``concluded`` when ``rank_high - rank_low + 1 <= width`` or every comparison concluded;
+    ``exhausted`` when every task is observed without that; else ``running``.
+    """
+    if correction not in CORRECTIONS:
+        raise LiveError("correction", f"must be one of {', '.join(CORRECTIONS)}")
+    s_count = len(board.systems)
+    seq = entry.sequence
+    k = len(seq)
+    cov = None
+    if spec.coverage_aware and k:
+        cov = _coverage_path(universe.labels[seq], universe.n_g, spec.floor, k)
+    levels = np.full(s_count, spec.a / s_count)
+    dec, stop = _verdicts(entry, board, cov, spec, levels, np.ones(s_count, dtype=bool))
+    if correction == "holm":
+        while True:  # step down: with r concluded, the open ones get a / (S - r)
+            open_ = dec == R.DEFER
+            r = s_count - int(open_.sum())
+            if not open_.any() or r == 0:
+                break
+            levels = np.where(open_, spec.a / (s_count - r), levels)
+            d2, s2 = _verdicts(entry, board, cov, spec, levels, open_)
+            new = open_ & (d2 != R.DEFER)
+            if not new.any():
+                break
+            dec = np.where(new, d2, dec)
+            stop = np.where(new, s2, stop)
+    n_accept = int((dec == R.ACCEPT).sum())
+    n_reject = int((dec == R.REJECT).sum())
+    rank_low, rank_high = 1 + n_reject, s_count + 1 - n_accept
+    names = {R.ACCEPT: "accept", R.REJECT: "reject", R.DEFER: "defer"}
+    obs = board.observed
+    scores = board.scores
+    comps = []
+    for j, name in enumerate(board.systems):
+        pos = seq[obs[j, seq]]
+        m = float(np.mean(entry.y[pos] - board.y[j, pos])) if len(pos) else None
+        comps.append(
+            Comparison(
+                system=name,
+                board_score=float(scores[j]),
+                n_common=int(obs[j].sum()),
+                k=len(pos),
+                mean_difference=None if m is None else float(f"{m:.12g}"),
+                decision=names[int(dec[j])],
+                level=float(levels[j]),
+                stopped_at=int(stop[j]) or None,
+            )
+        )
+    entry_score = float(np.mean(entry.y[seq])) if k else None
+    open_idx = [j for j in range(s_count) if dec[j] == R.DEFER]
+    # the nearest open rivals: smallest |observed difference| (board score distance before any task)
+    dist = [abs(comps[j].mean_difference) if comps[j].mean_difference is not None else abs(scores[j] - 0.5)
+            for j in open_idx]
+    rivals = tuple(board.systems[j] for _, j in sorted(zip(dist, open_idx, strict=True)))[:5]
+    all_done = not open_idx
+    concluded = rank_high - rank_low + 1 <= width or all_done
+    status = "concluded" if concluded else "exhausted" if k >= universe.n else "running"
+    nxt = None
+    if status == "running":
+        observed = Observed(entry.y, entry.y, entry.trials, entry.trials, seq, False)
+        nxt = next_tasks(universe, observed, spec, order_rank, universe.n)
+    return PlacementState(
+        status=status,
+        k=k,
+        N=universe.n,
+        rank_low=rank_low,
+        rank_high=rank_high,
+        width=rank_high - rank_low + 1,
+        entry_score=entry_score,
+        comparisons=tuple(comps),
+        rivals=rivals,
+        next=nxt,
+    )
+
+
+def true_rank(entry_y: np.ndarray, board: Board) -> int:
+    """The entry's rank by full-run paired differences: ``1 + #{j : Δ_full(entry, j) <= 0}``
+    (each on ``j``'s tasks; ties counted against the entry). The rank interval covers it."""
+    obs = board.observed
+    worse_or_equal = 0
+    for j in range(len(board.systems)):
+        d = entry_y[obs[j]] - board.y[j, obs[j]]
+        worse_or_equal += bool(d.size) and float(d.sum()) <= R.TOL * max(d.size, 1)
+    return 1 + worse_or_equal
+
+
+def check_width(width: object) -> int:
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise LiveError("width", "width is the number of ranks the interval may span: an integer >= 1")
+    return int(width)
+
+
+TRUE_RANK = (
+    "The entry's true rank is 1 + the number of board systems whose full-run mean on their own tasks is at least "
+    "the entry's on the same tasks (ties counted against the entry); with probability >= 1 - a the rank interval "
+    "holds it, whenever the run stops."
+)
