@@ -232,8 +232,10 @@ def placement_state(
     entry_score = float(np.mean(entry.y[seq])) if k else None
     open_idx = [j for j in range(s_count) if dec[j] == R.DEFER]
     # the nearest open rivals: smallest |observed difference| (board score distance before any task)
-    dist = [abs(comps[j].mean_difference) if comps[j].mean_difference is not None else abs(scores[j] - 0.5)
-            for j in open_idx]
+    dist = [
+        abs(comps[j].mean_difference) if comps[j].mean_difference is not None else abs(scores[j] - 0.5)
+        for j in open_idx
+    ]
     rivals = tuple(board.systems[j] for _, j in sorted(zip(dist, open_idx, strict=True)))[:5]
     all_done = not open_idx
     concluded = rank_high - rank_low + 1 <= width or all_done

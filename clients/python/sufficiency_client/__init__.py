@@ -20,17 +20,21 @@ from sufficiency_client.client import (
     observation,
 )
 from sufficiency_client.harness import AsyncLiveMonitor, LiveMonitor, Verdict
+from sufficiency_client.placement import AsyncPlacementMonitor, Placement, PlacementMonitor
 
 __all__ = [
     "DEFAULT_URL",
     "APIError",
     "AsyncLiveMonitor",
+    "AsyncPlacementMonitor",
     "AsyncSufficiencyClient",
     "AuthError",
     "ConflictError",
     "InvalidInputError",
     "LiveMonitor",
     "NotFoundError",
+    "Placement",
+    "PlacementMonitor",
     "ServerError",
     "SufficiencyClient",
     "SufficiencyError",

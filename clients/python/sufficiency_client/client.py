@@ -1,4 +1,4 @@
-"""Python client for the live-decision API (``/v1/decisions``, ``/v1/sessions``), on httpx.
+"""Python client for the live APIs (``/v1/decisions``, ``/v1/sessions``, ``/v1/placements``), on httpx.
 
     from sufficiency_client import SufficiencyClient
 
@@ -179,6 +179,21 @@ class SufficiencyClient:
         """``POST /v1/datasets`` with JSON rows (SPEC §1)."""
         return self._request("POST", "/v1/datasets", {"name": name, "rows": [dict(r) for r in rows]})
 
+    def place(self, dataset_id: str | uuid.UUID, system: str, **options: Any) -> dict[str, Any]:
+        """``POST /v1/placements``: where does ``system`` rank on the board of ``dataset_id``?
+        Options: ``group``, ``rule``, ``a``, ``correction``, ``width``, ``floor``, ``trials``, ``seed``."""
+        return self._request("POST", "/v1/placements", _drop_none({"dataset_id": dataset_id, "system": system,
+                                                                   **options}))
+
+    def get_placement(self, placement_id: str | uuid.UUID) -> dict[str, Any]:
+        return self._request("GET", f"/v1/placements/{placement_id}")
+
+    def observe_placement(self, placement_id: str | uuid.UUID,
+                          observations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """``POST /v1/placements/{id}/observations`` (rows ``{task_id, outcome, trial}``)."""
+        return self._request("POST", f"/v1/placements/{placement_id}/observations",
+                             {"observations": [dict(o) for o in observations]})
+
 
 class AsyncSufficiencyClient:
     """Asynchronous client: the same methods as ``SufficiencyClient``, awaited."""
@@ -223,6 +238,18 @@ class AsyncSufficiencyClient:
 
     async def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str = "dataset") -> dict[str, Any]:
         return await self._request("POST", "/v1/datasets", {"name": name, "rows": [dict(r) for r in rows]})
+
+    async def place(self, dataset_id: str | uuid.UUID, system: str, **options: Any) -> dict[str, Any]:
+        return await self._request("POST", "/v1/placements", _drop_none({"dataset_id": dataset_id,
+                                                                         "system": system, **options}))
+
+    async def get_placement(self, placement_id: str | uuid.UUID) -> dict[str, Any]:
+        return await self._request("GET", f"/v1/placements/{placement_id}")
+
+    async def observe_placement(self, placement_id: str | uuid.UUID,
+                                observations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return await self._request("POST", f"/v1/placements/{placement_id}/observations",
+                                   {"observations": [dict(o) for o in observations]})
 
 
 __all__ = ["SufficiencyClient", "AsyncSufficiencyClient", "SufficiencyError", "TransportError", "APIError",

@@ -1,0 +1,154 @@
+"""``/v1/placements`` through the real app on SQLite and Postgres (SPEC §8.1): a system held
+out of swebench_lite placed live in the recommended order, idempotent appends, bad input
+refused naming the field with nothing stored, owners and scopes, the client and its monitor."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sufficiency_client import ConflictError, InvalidInputError, PlacementMonitor, SufficiencyClient
+from tests.conftest import shared_dataset
+from tests.service.conftest import synth_csv, upload
+from tests.service.test_auth import _key, app_client, secured  # noqa: F401  (fixtures)
+
+HELD_OUT = "20240524_opencsg_starship_gpt4"
+
+
+def _board_without(name: str, held_out: str) -> tuple[bytes, dict[str, float], dict[str, dict[str, float]]]:
+    """The dataset's CSV without ``held_out``, its outcomes, and every board system's."""
+    text = shared_dataset(name).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    entry: dict[str, float] = {}
+    board: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r["system"] == held_out:
+            entry[r["task_id"]] = float(r["outcome"])
+        else:
+            writer.writerow(r)
+            board.setdefault(r["system"], {})[r["task_id"]] = float(r["outcome"])
+    return out.getvalue().encode(), entry, board
+
+
+def _true_rank(entry: dict[str, float], board: dict[str, dict[str, float]]) -> int:
+    """1 + board systems at least as good as the entry on their own tasks (full run)."""
+    at_least = 0
+    for outcomes in board.values():
+        tasks = list(outcomes)
+        at_least += np.mean([entry[t] for t in tasks]) <= np.mean([outcomes[t] for t in tasks]) + 1e-12
+    return 1 + at_least
+
+
+def test_a_held_out_system_is_placed_live_and_the_interval_holds_its_true_rank(client: TestClient) -> None:
+    content, entry, board = _board_without("swebench_lite", HELD_OUT)
+    ds = upload(client, content, "board.csv")
+    r = client.post("/v1/placements", json={"dataset_id": ds["id"], "system": HELD_OUT, "group": "group", "width": 5})
+    assert r.status_code == 201, r.text
+    p = r.json()
+    assert r.headers["location"] == f"/v1/placements/{p['id']}"
+    assert p["status"] == "running" and p["k"] == 0 and (p["rank_low"], p["rank_high"]) == (1, 42)
+    assert len(p["board"]) == 41 and sorted(p["order"]) == sorted(entry)
+    pid, order = p["id"], p["order"]
+    requests = 0
+    while p["status"] == "running":  # feed the recommended tasks, a batch per request
+        batch = p["next"]["task_ids"]
+        assert batch and all(t not in p["observed_task_ids"] for t in batch)
+        rows = [{"task_id": t, "outcome": entry[t]} for t in batch]
+        p = client.post(f"/v1/placements/{pid}/observations", json={"observations": rows}).json()
+        requests += 1
+    truth = _true_rank(entry, board)
+    assert p["status"] == "concluded" and p["rank_low"] <= truth <= p["rank_high"]
+    assert p["width"] == p["rank_high"] - p["rank_low"] + 1 <= 5
+    assert set(p["observed_task_ids"]) == set(order[: p["k"]])  # next follows the placement order
+    assert p["rank_low"] == 1 + sum(c["decision"] == "reject" for c in p["board"])
+    assert p["rank_high"] == 42 - sum(c["decision"] == "accept" for c in p["board"])
+    again = client.get(f"/v1/placements/{pid}").json()
+    assert again["k"] == p["k"] and again["board"] == p["board"] and again["true_rank_definition"]
+    print(f"placed {HELD_OUT}: ranks {p['rank_low']}-{p['rank_high']} (true {truth}) after {p['k']} of 300 tasks, "
+          f"{requests} requests")
+
+
+def test_appends_are_idempotent_and_bad_input_stores_nothing(client: TestClient) -> None:
+    content = synth_csv(seed=3, n_systems=4, n_tasks=30)
+    ds = upload(client, content)
+    systems = sorted({line.split(",")[0] for line in content.decode().splitlines()[1:]})
+    url = "/v1/placements"
+    base = {"dataset_id": ds["id"], "system": "newcomer"}
+
+    def field(r) -> str:
+        assert r.status_code == 422, r.text
+        return r.json()["detail"][0]["field"]
+
+    assert field(client.post(url, json={**base, "system": systems[0]})) == "system"
+    assert field(client.post(url, json={**base, "dataset_id": "00000000-0000-0000-0000-000000000000"})) == "dataset_id"
+    assert field(client.post(url, json={**base, "width": 0})) == "width"
+    assert field(client.post(url, json={**base, "rule": "bootstrap"})) == "rule"
+    assert field(client.post(url, json={**base, "group": "nope"})) == "group"
+    p = client.post(url, json={**base, "trials": 2}).json()
+    obs = f"{url}/{p['id']}/observations"
+    t0, t1 = p["order"][0], p["order"][1]
+    first = client.post(obs, json={"observations": [{"task_id": t0, "outcome": 1}, {"task_id": t0, "trial": 1,
+                                                                                   "outcome": 0.0}]})
+    assert first.status_code == 200 and first.json()["added"] == 2 and first.json()["k"] == 1
+    same = client.post(obs, json={"observations": [{"task_id": t0, "outcome": 1}]}).json()
+    assert same["added"] == 0 and same["duplicates"] == 1
+    bad = [
+        ([{"task_id": t1, "outcome": 1}, {"task_id": "not-a-task", "outcome": 1}], "observations[1].task_id"),
+        ([{"task_id": t1, "outcome": 1}, {"task_id": t1, "trial": 2, "outcome": 1}], "observations[1].trial"),
+    ]
+    for rows, name in bad:
+        assert field(client.post(obs, json={"observations": rows})) == name
+    clash = client.post(obs, json={"observations": [{"task_id": t1, "outcome": 1}, {"task_id": t0, "outcome": 0}]})
+    assert clash.status_code == 409 and clash.json()["detail"][0]["field"] == "observations[1]"
+    inner = client.post(obs, json={"observations": [{"task_id": t1, "outcome": 1}, {"task_id": t1, "outcome": 0}]})
+    assert inner.status_code == 409
+    assert client.post(obs, json={"observations": [{"task_id": t1, "outcome": 1.5}]}).status_code == 422
+    state = client.get(f"{url}/{p['id']}").json()
+    assert state["k"] == 1 and state["observed_task_ids"] == [t0]  # nothing of the failed requests was kept
+    assert client.get(f"{url}/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+def test_client_place_and_monitor(client: TestClient) -> None:
+    content = synth_csv(seed=4, n_systems=5, n_tasks=40)
+    ds = upload(client, content)
+    api = SufficiencyClient(http=client)
+    with pytest.raises(InvalidInputError) as err:
+        api.place(ds["id"], "x", width=0)
+    assert err.value.fields == ["width"]
+    monitor = PlacementMonitor(api, dataset_id=ds["id"], system="fresh", width=40)
+    assert monitor.should_stop()  # any interval fits in 6 ranks... width 40 concludes at once
+    monitor = PlacementMonitor(api, dataset_id=ds["id"], system="fresh2", width=1)
+    seen = []
+    for task_id in monitor.tasks():
+        seen.append(task_id)
+        monitor.record(task_id, 1.0)  # a perfect entry: it beats every board system
+    assert monitor.placement.status in ("concluded", "exhausted") and seen == monitor.order[: len(seen)]
+    assert monitor.placement.rank_low == 1
+    with pytest.raises(ConflictError):
+        monitor.record(seen[0], 0.0)
+    resumed = PlacementMonitor(api, placement_id=monitor.placement_id)
+    assert resumed.placement.k == monitor.placement.k and list(resumed.tasks()) == []
+
+
+def test_placements_belong_to_their_owner_and_need_decide(app_client: TestClient) -> None:  # noqa: F811
+    c = app_client
+    alice = _key(c, "alice", "read,submit,decide")
+    bob = _key(c, "bob", "read,submit,decide")
+    reader = _key(c, "reader", "read,submit", owner="alice")
+    ds = c.post("/v1/datasets", files={"file": ("b.csv", synth_csv(n_tasks=20), "text/csv")}, headers=alice).json()
+    body = {"dataset_id": ds["id"], "system": "newcomer"}
+    assert c.post("/v1/placements", json=body, headers=reader).status_code == 403
+    pid = c.post("/v1/placements", json=body, headers=alice).json()["id"]
+    assert c.get(f"/v1/placements/{pid}", headers=alice).status_code == 200
+    assert c.get(f"/v1/placements/{pid}", headers=bob).status_code == 404
+    obs = {"observations": [{"task_id": c.get(f"/v1/placements/{pid}", headers=alice).json()["order"][0],
+                             "outcome": 1}]}
+    assert c.post(f"/v1/placements/{pid}/observations", json=obs, headers=bob).status_code == 404
+    assert c.post(f"/v1/placements/{pid}/observations", json=obs, headers=alice).status_code == 200
