@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.engine import rules as R
+from service.engine.coverage import required
 from service.engine.live import LiveError, LiveSpec, Observed, Universe, _coverage_path, next_tasks, rule_verdict
 from service.engine.orders import stratified_orders
 
@@ -244,6 +245,22 @@ def placement_state(
     if status == "running":
         observed = Observed(entry.y, entry.y, entry.trials, entry.trials, seq, False)
         nxt = next_tasks(universe, observed, spec, order_rank, universe.n)
+        if nxt is not None and (k == 0 or int(order_rank[seq].max()) == k - 1):
+            # the harness followed the order: continue it (its prefixes meet the floors already)
+            picks = np.argsort(order_rank)[k : nxt["k"]]
+            have = np.bincount(universe.labels[seq], minlength=len(universe.n_g))
+            need = np.maximum(required(spec.floor, nxt["k"], universe.n_g) - have, 0)
+            nxt["task_ids"] = [universe.task_ids[t] for t in picks.tolist()]
+            nxt["groups"] = [
+                {
+                    "group": name,
+                    "missing": int(need[g]),
+                    "run": int((universe.labels[picks] == g).sum()),
+                    "task_ids": [universe.task_ids[t] for t in picks.tolist() if universe.labels[t] == g],
+                }
+                for g, name in enumerate(universe.group_names)
+                if need[g] or (universe.labels[picks] == g).any()
+            ]
     return PlacementState(
         status=status,
         k=k,
