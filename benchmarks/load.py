@@ -12,7 +12,8 @@ the report fetches, shuffled together, over ``--concurrency`` keep-alive connect
 over ``--clients`` processes, every request with the key. Before and after that mixed phase
 it sends as many ``GET /healthz`` over the same connections and prints the ratio of the
 decision throughput to the mean healthz throughput: on a shared host absolute numbers move by
-tens of percent from minute to minute, a ratio within one run much less. Every response must be a 200 with
+tens of percent from minute to minute, a ratio within one run much less. It also prints the
+CPU time the API workers spent per request in each phase (from /proc). Every response must be a 200 with
 the expected body length: any other outcome is an error, and the exit status is 1 if there
 was one. Prints throughput and latency percentiles per kind. ``--profile DIR`` records each API worker
 with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks. Every wait is bounded; the
@@ -130,6 +131,11 @@ def _stats(rows: list[tuple[str, float, bool]], wall: float) -> dict:
             "max_ms": round(float(lat.max()), 2)}
 
 
+def _server_cpu(server_pid: int) -> float:
+    """User + system CPU seconds of the API workers (the supervisor's children), from /proc."""
+    return sum(int(f[11]) + int(f[12]) for f in procs.children(server_pid).values()) / os.sysconf("SC_CLK_TCK")
+
+
 def _start_profilers(server_pid: int, out: Path) -> list[subprocess.Popen]:
     """``py-spy record`` on each API worker until stopped (SIGINT makes it write the file)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -227,10 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         probes = [probe[i::args.clients] for i in range(args.clients)]
         with mp.get_context("spawn").Pool(args.clients) as pool:
 
+            cpu: list[float] = []
+
             def phase(parts: list[list[tuple[str, bytes, int]]]) -> tuple[list, float]:
-                t0 = time.perf_counter()
+                c0, t0 = _server_cpu(server.pid), time.perf_counter()
                 results = pool.map(_client, [(port, parts[i], conc[i]) for i in range(args.clients)])
-                return [r for part in results for r in part], time.perf_counter() - t0
+                wall = time.perf_counter() - t0
+                cpu.append(_server_cpu(server.pid) - c0)
+                return [r for part in results for r in part], wall
 
             health_before = phase(probes)
             spies = _start_profilers(server.pid, Path(args.profile)) if args.profile else []
@@ -249,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     health = [_stats(rows, t) for rows, t in (health_before, health_after)]
     health_rps = sum(h["throughput_rps"] for h in health) / 2
     ratio = round(kinds["decision"]["throughput_rps"] / health_rps, 3)
+    cpu_us = {"healthz": round(1e6 * (cpu[0] + cpu[2]) / (2 * args.decisions)),
+              "mixed": round(1e6 * cpu[1] / len(done))}
     print(f"uvicorn --workers {args.workers} on 127.0.0.1, Postgres, Redis, auth required; {args.concurrency} "
           f"connections over {args.clients} client process(es); {wall:.1f} s")
     print(f"{'kind':10} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
@@ -260,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:15} {h['requests']:>8} req at {h['throughput_rps']} req/s, p99 {h['p99_ms']} ms, "
               f"{h['errors']} errors")
     print(f"decisions / healthz (mean of the rounds before and after, same server and connections): {ratio}")
-    print(json.dumps({"all": total, **kinds, "healthz": health, "decision_healthz_ratio": ratio}))
+    print(f"API workers' CPU per request: healthz {cpu_us['healthz']} us, mixed phase {cpu_us['mixed']} us (ratio "
+          f"{cpu_us['healthz'] / max(cpu_us['mixed'], 1):.3f}; less disturbed by other tenants than throughput)")
+    print(json.dumps({"all": total, **kinds, "healthz": health, "decision_healthz_ratio": ratio,
+                      "server_cpu_us_per_request": cpu_us}))
     return 1 if total["errors"] or any(h["errors"] for h in health) else 0
 
 
