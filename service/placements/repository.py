@@ -39,7 +39,9 @@ def insert_new(session: Session, placement_id: uuid.UUID, rows: Sequence[tuple[s
     if not rows:
         return 0
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    stmt = insert(PlacementObservation).values(
-        [{"placement_id": placement_id, "task_id": t, "trial": tr, "outcome": o} for t, tr, o in rows]
-    ).on_conflict_do_nothing(index_elements=["placement_id", "task_id", "trial"])
+    stmt = (
+        insert(PlacementObservation)
+        .values([{"placement_id": placement_id, "task_id": t, "trial": tr, "outcome": o} for t, tr, o in rows])
+        .on_conflict_do_nothing(index_elements=["placement_id", "task_id", "trial"])
+    )
     return len(session.execute(stmt.returning(PlacementObservation.id)).all())

@@ -33,7 +33,7 @@ router = APIRouter(prefix="/v1/placements", tags=["placements"])
 )
 def create_placement(body: PlacementCreate, request: Request, response: Response) -> Any:
     with transaction(request.app.state.sessionmaker) as session:
-        row = service.create(session, body)
+        row = service.create(session, body, request.app.state.settings)
         out = service.read(session, row)
     response.headers["Location"] = f"/v1/placements/{row.id}"
     return out

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from service import limits
+from service.config import Settings
 from service.datasets import service as datasets
 from service.decisions import service as decisions
 from service.engine.coverage import FLOORS
@@ -42,12 +44,17 @@ def _board(session: Session, dataset_id: uuid.UUID, group: str | None) -> tuple[
     return universe, Board(tuple(records.systems), y)
 
 
-def create(session: Session, body: PlacementCreate) -> Placement:
-    """Validate the declaration (nothing is stored when it fails), fix the order, store it."""
+def create(session: Session, body: PlacementCreate, settings: Settings | None = None) -> Placement:
+    """Validate the declaration (nothing is stored when it fails), fix the order, store it.
+    With ``settings`` the universe and one answer's work are held to the limits: every read
+    runs the rule once per board system over the whole run at worst."""
     try:
         if body.rule not in ANYTIME_RULES:
-            raise LiveError("rule", f"a placement is checked after every task: use an anytime-valid rule "
-                                    f"({', '.join(ANYTIME_RULES)}), not '{body.rule}'")
+            raise LiveError(
+                "rule",
+                f"a placement is checked after every task: use an anytime-valid rule "
+                f"({', '.join(ANYTIME_RULES)}), not '{body.rule}'",
+            )
         if body.floor not in FLOORS:
             raise LiveError("floor", f"unknown floor '{body.floor}'; floors: {', '.join(FLOORS)}")
         check_width(body.width)
@@ -56,10 +63,23 @@ def create(session: Session, body: PlacementCreate) -> Placement:
         except NotFound:
             raise LiveError("dataset_id", f"there is no dataset {body.dataset_id}") from None
         if body.system in board.systems:
-            raise LiveError("system", f"'{body.system}' is already on the board of this dataset; name the new entry "
-                                      "differently")
+            raise LiveError(
+                "system", f"'{body.system}' is already on the board of this dataset; name the new entry differently"
+            )
     except LiveError as exc:
         raise decisions.unprocessable(exc) from None
+    limits.check_task_ids(universe.task_ids, "dataset_id")
+    if settings is not None:
+        limits.check_universe(universe.n, settings, "dataset_id")
+        per_system = limits.decision_work(
+            n_tasks=universe.n,
+            n_observations=universe.n * body.trials,
+            n_groups=len(universe.group_names),
+            rule=body.rule,
+            coverage_aware=body.coverage_aware,
+            bootstrap="exact",
+        )
+        limits.check_decision_work(len(board.systems) * per_system, settings, "dataset_id")
     seed = body.seed if body.seed is not None else int.from_bytes(universe.digest()[:6], "big")
     order = placement_order(universe, board, body.floor, seed)
     row = Placement(
@@ -122,10 +142,21 @@ def read(session: Session, row: Placement) -> dict[str, Any]:
     st = state(session, row, repository.observations(session, row.id))
     return {
         **st,
-        "id": row.id, "dataset_id": row.dataset_id, "group": row.grouping, "system": row.system, "rule": row.rule,
-        "a": row.a, "correction": row.correction, "requested_width": row.width, "floor": row.floor,
-        "coverage_aware": row.coverage_aware, "trials": row.trials, "seed": row.seed, "order": row.task_order,
-        "true_rank_definition": TRUE_RANK, "created_at": row.created_at,
+        "id": row.id,
+        "dataset_id": row.dataset_id,
+        "group": row.grouping,
+        "system": row.system,
+        "rule": row.rule,
+        "a": row.a,
+        "correction": row.correction,
+        "requested_width": row.width,
+        "floor": row.floor,
+        "coverage_aware": row.coverage_aware,
+        "trials": row.trials,
+        "seed": row.seed,
+        "order": row.task_order,
+        "true_rank_definition": TRUE_RANK,
+        "created_at": row.created_at,
     }
 
 
@@ -138,15 +169,25 @@ def append(session: Session, placement_id: uuid.UUID, body: PlacementObservation
     conflicts: list[dict[str, Any]] = []
     for i, o in enumerate(body.observations):
         if o.task_id not in universe.index:
-            raise decisions.unprocessable(LiveError(f"observations[{i}].task_id",
-                                                    f"task '{o.task_id}' is not in the board's dataset"))
+            raise decisions.unprocessable(
+                LiveError(f"observations[{i}].task_id", f"task '{o.task_id}' is not in the board's dataset")
+            )
         if o.trial >= row.trials:
-            raise decisions.unprocessable(LiveError(f"observations[{i}].trial", f"this placement declared "
-                                                    f"{row.trials} trial(s) per task: trial is 0..{row.trials - 1}"))
+            raise decisions.unprocessable(
+                LiveError(
+                    f"observations[{i}].trial",
+                    f"this placement declared {row.trials} trial(s) per task: trial is 0..{row.trials - 1}",
+                )
+            )
         key = (o.task_id, o.trial)
         if key in posted and posted[key][1] != o.outcome:
-            conflicts.append({"field": f"observations[{i}]", "message": f"task '{o.task_id}', trial {o.trial}: "
-                              f"outcome {o.outcome} differs from {posted[key][1]} in this request"})
+            conflicts.append(
+                {
+                    "field": f"observations[{i}]",
+                    "message": f"task '{o.task_id}', trial {o.trial}: "
+                    f"outcome {o.outcome} differs from {posted[key][1]} in this request",
+                }
+            )
         posted.setdefault(key, (i, o.outcome))
     if conflicts:
         raise Conflict(conflicts)
@@ -157,8 +198,12 @@ def append(session: Session, placement_id: uuid.UUID, body: PlacementObservation
     for (task, trial), (i, value) in posted.items():
         have = values[(task, trial)]
         if have != value:
-            conflicts.append({"field": f"observations[{i}]", "message": f"task '{task}', trial {trial} is already "
-                              f"recorded with outcome {have}"})
+            conflicts.append(
+                {
+                    "field": f"observations[{i}]",
+                    "message": f"task '{task}', trial {trial} is already recorded with outcome {have}",
+                }
+            )
     if conflicts:
         raise Conflict(conflicts)
     return {**state(session, row, stored), "added": added, "duplicates": len(rows) - added}

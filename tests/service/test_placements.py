@@ -71,8 +71,10 @@ def test_a_held_out_system_is_placed_live_and_the_interval_holds_its_true_rank(c
     assert p["rank_high"] == 42 - sum(c["decision"] == "accept" for c in p["board"])
     again = client.get(f"/v1/placements/{pid}").json()
     assert again["k"] == p["k"] and again["board"] == p["board"] and again["true_rank_definition"]
-    print(f"placed {HELD_OUT}: ranks {p['rank_low']}-{p['rank_high']} (true {truth}) after {p['k']} of 300 tasks, "
-          f"{requests} requests")
+    print(
+        f"placed {HELD_OUT}: ranks {p['rank_low']}-{p['rank_high']} (true {truth}) after {p['k']} of 300 tasks, "
+        f"{requests} requests"
+    )
 
 
 def test_appends_are_idempotent_and_bad_input_stores_nothing(client: TestClient) -> None:
@@ -94,8 +96,9 @@ def test_appends_are_idempotent_and_bad_input_stores_nothing(client: TestClient)
     p = client.post(url, json={**base, "trials": 2}).json()
     obs = f"{url}/{p['id']}/observations"
     t0, t1 = p["order"][0], p["order"][1]
-    first = client.post(obs, json={"observations": [{"task_id": t0, "outcome": 1}, {"task_id": t0, "trial": 1,
-                                                                                   "outcome": 0.0}]})
+    first = client.post(
+        obs, json={"observations": [{"task_id": t0, "outcome": 1}, {"task_id": t0, "trial": 1, "outcome": 0.0}]}
+    )
     assert first.status_code == 200 and first.json()["added"] == 2 and first.json()["k"] == 1
     same = client.post(obs, json={"observations": [{"task_id": t0, "outcome": 1}]}).json()
     assert same["added"] == 0 and same["duplicates"] == 1
@@ -148,7 +151,19 @@ def test_placements_belong_to_their_owner_and_need_decide(app_client: TestClient
     pid = c.post("/v1/placements", json=body, headers=alice).json()["id"]
     assert c.get(f"/v1/placements/{pid}", headers=alice).status_code == 200
     assert c.get(f"/v1/placements/{pid}", headers=bob).status_code == 404
-    obs = {"observations": [{"task_id": c.get(f"/v1/placements/{pid}", headers=alice).json()["order"][0],
-                             "outcome": 1}]}
+    obs = {
+        "observations": [{"task_id": c.get(f"/v1/placements/{pid}", headers=alice).json()["order"][0], "outcome": 1}]
+    }
     assert c.post(f"/v1/placements/{pid}/observations", json=obs, headers=bob).status_code == 404
     assert c.post(f"/v1/placements/{pid}/observations", json=obs, headers=alice).status_code == 200
+
+
+def test_a_board_too_large_for_one_answer_is_refused_before_anything_is_stored(backend) -> None:
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    with TestClient(create_app(make_settings(**backend, max_decision_work=1_000))) as c:
+        ds = upload(c, synth_csv(seed=9, n_systems=6, n_tasks=60))
+        r = c.post("/v1/placements", json={"dataset_id": ds["id"], "system": "newcomer", "group": "group"})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "dataset_id"
+        assert "limit" in r.json()["detail"][0]["message"]

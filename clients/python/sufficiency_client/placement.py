@@ -60,8 +60,15 @@ class PlacementMonitor:
     """Synchronous adapter over a placement; keywords are placement options (``group``,
     ``width``, ``a``, ``correction``, ``trials``, ``seed``...). ``placement_id=`` resumes one."""
 
-    def __init__(self, client: SufficiencyClient, *, dataset_id: str | None = None, system: str | None = None,
-                 placement_id: str | None = None, **options: Any):
+    def __init__(
+        self,
+        client: SufficiencyClient,
+        *,
+        dataset_id: str | None = None,
+        system: str | None = None,
+        placement_id: str | None = None,
+        **options: Any,
+    ):
         self.client = client
         if placement_id is None:
             if dataset_id is None or system is None:
@@ -107,9 +114,15 @@ class AsyncPlacementMonitor:
         self.placement = Placement.of(state)
 
     @classmethod
-    async def start(cls, client: AsyncSufficiencyClient, *, dataset_id: str | None = None,
-                    system: str | None = None, placement_id: str | None = None,
-                    **options: Any) -> AsyncPlacementMonitor:
+    async def start(
+        cls,
+        client: AsyncSufficiencyClient,
+        *,
+        dataset_id: str | None = None,
+        system: str | None = None,
+        placement_id: str | None = None,
+        **options: Any,
+    ) -> AsyncPlacementMonitor:
         if placement_id is None:
             if dataset_id is None or system is None:
                 raise ValueError("give dataset_id and system, or the placement_id of an existing placement")
