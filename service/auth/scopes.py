@@ -20,6 +20,8 @@ SUBMIT = frozenset({
     ("POST", "/datasets"),  # the pages' upload form
     ("POST", "/replays"),  # the pages' replay form
 })
+SUBMIT_PAGE_SUFFIX = "/cancel"
+"""``POST /replays/{id}/cancel``: the report page's cancel button."""
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -34,6 +36,8 @@ def required_scope(method: str, path: str) -> str | None:
     if path.startswith(("/v1/decisions", "/v1/sessions", "/v1/placements")):
         return "decide"
     if (method, path) in SUBMIT or (method == "DELETE" and path.startswith("/v1/replays/") and path.count("/") == 3):
+        return "submit"
+    if method == "POST" and path.startswith("/replays/") and path.endswith(SUBMIT_PAGE_SUFFIX) and path.count("/") == 3:
         return "submit"
     if method in ("PATCH", "DELETE") and path.startswith("/v1/datasets/") and path.count("/") == 3:
         return "submit"  # rename / delete a dataset (a replay of another owner blocks the delete)

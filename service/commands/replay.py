@@ -136,7 +136,9 @@ class ProgressBar:
         self.shown = True
         frac = min(1.0, self.done / self.total)
         bar = "#" * int(30 * frac)
-        self.stream.write(f"\rreplay [{bar:<30}] {frac:6.1%} of {self.total:,} cases")
+        elapsed = time.monotonic() - self.start
+        left = f", about {elapsed * (1 - frac) / frac:.0f} s left" if 0 < frac < 1 else ""
+        self.stream.write(f"\rreplay [{bar:<30}] {frac:6.1%} of {self.total:,} cases{left}   ")
         self.stream.flush()
 
     def close(self) -> None:

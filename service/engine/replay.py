@@ -484,9 +484,7 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
                 sub = members[i : i + block]
                 alloc = np.stack([plan.neyman_alloc(int(p), cfg) for p in sub])  # [P, J, G]
                 _replay_order(plan, ts_id, sub, values[i : i + block], None, _neyman_summer(within, gstart, alloc),
-                              cfgs, s, out, neyman_counts=alloc)
-                if progress:
-                    progress(len(sub) * reps * n_j * len(cfgs))
+                              cfgs, s, out, neyman_counts=alloc, progress=progress)
         else:
             cfg = plan.configs[cfgs[0]]
             order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, -1)
@@ -495,9 +493,7 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
             block = max(1, PAIR_BLOCK_CASES // (reps * n_j))
             for i in range(0, len(members), block):
                 sub = members[i : i + block]
-                _replay_order(plan, ts_id, sub, values[i : i + block], order, summer, cfgs, s, out)
-                if progress:
-                    progress(len(sub) * reps * n_j * len(cfgs))
+                _replay_order(plan, ts_id, sub, values[i : i + block], order, summer, cfgs, s, out, progress=progress)
 
 
 def _coverage_met(plan: Plan, ts_id: int, cfg: Config, summer: Summer, reps: int,
@@ -519,7 +515,10 @@ def _coverage_met(plan: Plan, ts_id: int, cfg: Config, summer: Summer, reps: int
 
 def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,
                   summer: Summer, cfgs: Sequence[int], s: int, out: ChunkResult,
-                  neyman_counts: np.ndarray | None = None) -> None:
+                  neyman_counts: np.ndarray | None = None, progress: Progress | None = None) -> None:
+    """Decide the cases of ``members`` under each configuration of ``cfgs``; ``progress`` hears
+    of each configuration's cases as they are done (a chunk that is one block of pairs still
+    reports progress, and cancellation is seen, between configurations)."""
     ts = plan._tasksets[ts_id]
     reps, n_j = plan.spec.orders, len(ts.ks)
     n = len(ts.tasks)
@@ -552,6 +551,8 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         rows = members - out.start
         appl = plan.applicable[members, c]
         if not appl.any():
+            if progress:
+                progress(len(members) * reps * n_j)
             continue
         cov = _coverage_met(plan, ts_id, cfg, summer, reps, neyman_counts)  # [P or 1, R, J]
         theta = cfg.delta / 100.0
@@ -610,6 +611,8 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         out.coverage_fail[sel, c, s] = np.broadcast_to(covfail, (len(members), reps, n_j))[appl].sum(axis=1)
         out.cost_sum[sel, c, s] = cost_frac[appl].sum(axis=1)
         out.used_sum[sel, c, s] = (used[appl] if used is not None else np.broadcast_to(ts.ks, dec.shape)).sum(axis=1)
+        if progress:
+            progress(len(members) * reps * n_j)
 
 
 def _bootstrap_literal(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,

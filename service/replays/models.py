@@ -42,6 +42,9 @@ class Replay(Base):
     """``ReplaySpec.to_dict()``: the canonical form, echoed by the API."""
     n_pairs: Mapped[int] = mapped_column(Integer)
     n_chunks: Mapped[int] = mapped_column(Integer)
+    n_cases: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    estimated_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    """Run time on one worker predicted at submission (``service.replays.estimate``)."""
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

@@ -79,7 +79,13 @@ class ReplayRead(BaseModel):
     id: uuid.UUID
     dataset_id: uuid.UUID
     status: Status
-    progress: float = Field(description="Share of pairs replayed, in [0, 1].")
+    progress: float = Field(description="Share of the cases replayed, in [0, 1] (moves within a chunk too).")
+    n_cases: int | None = Field(default=None, description="pairs x orders x budgets x configurations x seeds.")
+    estimated_seconds: float | None = Field(
+        default=None, description="Run time on one worker predicted at submission from the case count and a per-case "
+        "cost measured on the replay's first pairs (null for replays of about a second).")
+    eta_seconds: float | None = Field(
+        default=None, description="Seconds left: from the rate so far once running, the estimate while queued.")
     n_pairs: int
     n_chunks: int
     chunks_done: int

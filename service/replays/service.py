@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import OrderedDict
+from datetime import UTC
 from threading import Lock
 from typing import Any
 
@@ -18,7 +19,7 @@ from service.db import utcnow
 from service.engine.spec import SpecError, make_spec, parse_budgets
 from service.errors import Conflict, NotFound, Unprocessable
 from service.jobs import enqueue
-from service.replays import repository
+from service.replays import estimate, repository
 from service.replays.models import CANCELLED, FINISHED, SUCCEEDED, Replay
 from service.replays.schemas import ReplayCreate, ReplayLinks, ReplayRead
 
@@ -99,6 +100,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
     except SpecError as exc:
         raise Unprocessable(spec_error_detail(exc)) from None
     limits.check_replay_plan(plan, settings)  # cases and a chunk's memory, before any case runs
+    n_cases, estimated = estimate.measure(plan)
     bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs)
     replay = Replay(
         id=uuid.uuid4(),
@@ -107,6 +109,8 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
         spec=spec.to_dict(),
         n_pairs=plan.n_pairs,
         n_chunks=len(bounds),
+        n_cases=n_cases,
+        estimated_seconds=estimated,
         dispatched_at=utcnow(),
     )
     repository.add(session, replay, bounds)
@@ -127,11 +131,18 @@ def to_read(replay: Replay, done: tuple[int, float]) -> ReplayRead:
     base = f"/v1/replays/{replay.id}"
     progress = 1.0 if replay.status == SUCCEEDED else (pairs_done / replay.n_pairs if replay.n_pairs else 0.0)
     progress = min(progress, 1.0)
+    elapsed = None
+    if replay.started_at is not None:
+        started = replay.started_at if replay.started_at.tzinfo else replay.started_at.replace(tzinfo=UTC)
+        elapsed = (utcnow() - started).total_seconds()
     return ReplayRead(
         id=replay.id,
         dataset_id=replay.dataset_id,
         status=replay.status,  # type: ignore[arg-type]
         progress=round(progress, 6),
+        n_cases=replay.n_cases,
+        estimated_seconds=replay.estimated_seconds,
+        eta_seconds=estimate.eta_seconds(replay.status, progress, elapsed, replay.estimated_seconds),
         n_pairs=replay.n_pairs,
         n_chunks=replay.n_chunks,
         chunks_done=chunks_done,

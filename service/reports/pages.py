@@ -65,13 +65,23 @@ def _env() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(rate=view.fmt_rate, budget=view.fmt_budget, pp=view.fmt_pp, pct=_pct)
+    env.filters.update(rate=view.fmt_rate, budget=view.fmt_budget, pp=view.fmt_pp, pct=_pct,
+                       duration=_duration)
     env.globals.update(miss_labels=view.MISS_LABELS)
     return env
 
 
 def _pct(v: float | None, digits: int = 0) -> str:
     return "–" if v is None else f"{v * 100:.{digits}f} %"
+
+
+def _duration(seconds: float) -> str:
+    """A time left as people say it (the same rounding as report.js)."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -140,7 +150,7 @@ def _index(
         policies=list(NAMED_POLICIES),
         group_columns=group_columns,
         grouping_advice=advice,
-        form=form or {"policies": ["coverage_bootstrap"], "deltas": "0, 5", "orders": "100", "budgets": "",
+        form=form or {"policies": ["coverage_bootstrap"], "deltas": "0, 5", "orders": "500", "budgets": "",
                       "group": default_group, "seed": "0", "pairs": "all"},
     )
 
@@ -216,10 +226,14 @@ def upload_dataset(
     if isinstance(upload, ServiceError):
         return _index(session, status_code=upload.status_code, errors=_problems(upload.detail))
     try:
-        dataset, _created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
-                                            limits=record_limits(settings))
+        dataset, created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
+                                           limits=record_limits(settings), filename=upload.filename)
     except ServiceError as exc:
         return _index(session, status_code=exc.status_code, errors=_problems(exc.detail))
+    if not created:  # say which stored dataset it is, and that a new name was not applied
+        fmt = upload.fmt or ("jsonl" if upload.content.lstrip()[:1] == b"{" else "csv")
+        notice = datasets.duplicate_notice(dataset, upload.name, fmt)
+        return _index(session, notice=notice[0].upper() + notice[1:] + ".", selected=str(dataset.id))
     return RedirectResponse(f"/?dataset={dataset.id}#replay-form", status_code=303)
 
 
@@ -309,6 +323,18 @@ def compare_page(
     table = view.comparison([(str(r.id)[:8], rep) for r, rep in loaded])
     return render("compare.html", title="Compare replays", dataset=dataset, replays=[r for r, _ in loaded],
                   table=table, targets=loaded[0][1]["targets"])
+@router.post("/replays/{replay_id}/cancel", response_class=HTMLResponse)
+def cancel_replay(replay_id: str, session: SessionDep) -> Response:
+    """The report page's cancel button: the same as ``DELETE /v1/replays/{id}``, then back to the
+    page (a replay that finished meanwhile just shows its result)."""
+    try:
+        rid = uuid.UUID(replay_id)
+        replays.cancel(session, rid)
+    except (ValueError, NotFound):
+        return _not_found(f"There is no replay {replay_id}.")
+    except ServiceError:  # finished meanwhile (409): the page says how it ended
+        pass
+    return RedirectResponse(f"/replays/{rid}", status_code=303)
 
 
 @router.get("/replays/{replay_id}", response_class=HTMLResponse)

@@ -181,6 +181,7 @@ def test_every_route_has_the_scope_it_should() -> None:
     app = create_app(Settings(environment="test"))
     routes = [(m.upper(), p) for p, ops in app.openapi()["paths"].items() for m in ops]
     routes += [("GET", "/"), ("POST", "/datasets"), ("POST", "/replays"), ("GET", "/replays/{replay_id}"),
+               ("POST", "/replays/{replay_id}/cancel"),
                ("GET", "/datasets/{dataset_id}/leaderboard"), ("GET", "/static/{name}")]
     expected = {"/v1/keys": "admin", "/v1/decisions": "decide", "/v1/sessions": "decide", "/v1/placements": "decide"}
     for method, template in routes:

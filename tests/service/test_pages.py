@@ -232,6 +232,16 @@ def test_running_replay_page_shows_progress(client: TestClient, monkeypatch: pyt
     js = client.get("/static/report.js")
     assert js.status_code == 200 and "data-status-url" in js.text and js.headers["content-type"].startswith(
         "text/javascript")
+    assert 'id="progress-eta"' in html and "eta_seconds" in js.text
+    # the cancel button posts to the page route, which cancels like DELETE /v1/replays/{id}
+    assert f'<form method="post" action="/replays/{rid}/cancel" id="cancel-form">' in html
+    r = client.post(f"/replays/{rid}/cancel", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/replays/{rid}"
+    assert client.get(f"/v1/replays/{rid}").json()["status"] == "cancelled"
+    page = client.get(f"/replays/{rid}").text
+    assert "The replay was cancelled" in page and 'id="cancel-form"' not in page
+    assert client.post(f"/replays/{rid}/cancel", follow_redirects=False).status_code == 303  # finished: no error
+    assert client.post("/replays/nope/cancel").status_code == 404
 
 
 def test_index_forms_upload_and_start(client: TestClient) -> None:
@@ -246,6 +256,11 @@ def test_index_forms_upload_and_start(client: TestClient) -> None:
     dataset_id = ok.headers["location"].split("=", 1)[1].split("#")[0]
     shown = client.get(ok.headers["location"])
     assert "my bench" in shown.text and "is stored" in shown.text
+    assert 'name="orders" min="1" value="500"' in shown.text  # the CLI's and the API's default
+    same = client.post("/datasets", files={"file": ("good.csv", synth_csv(seed=23, n_systems=3, n_tasks=30),
+                                                    "text/csv")}, data={"name": "renamed?"})
+    assert same.status_code == 200 and "already stored as dataset" in same.text
+    assert "the name &#39;renamed?&#39; was not applied" in same.text
     form = {"dataset_id": dataset_id, "policies": ["coverage_bootstrap", "uniform_forced"], "deltas": "0, 5",
             "orders": "8", "budgets": "0.25,0.5,0.75", "group": "group", "seed": "1"}
     wrong = client.post("/replays", data={**form, "deltas": "zero"})

@@ -342,3 +342,33 @@ def test_reports_are_served_from_memory_until_deleted(client: TestClient, monkey
     assert client.delete(f"/v1/datasets/{ds['id']}", params={"with_replays": "true"}).status_code == 200
     assert client.get(f"/v1/replays/{rid}/report").status_code == 404
     assert client.get(f"/v1/replays/{rid}/report.csv").status_code == 404
+
+
+def test_eta_formula() -> None:
+    from service.replays.estimate import eta_seconds
+
+    assert eta_seconds("queued", 0.0, None, 12.5) == 12.5
+    assert eta_seconds("running", 0.25, 30.0, 12.5) == 90.0  # 30 s for a quarter: 90 s left
+    assert eta_seconds("running", 0.0, 4.0, 12.5) == 8.5  # no progress yet: the estimate, less the time spent
+    assert eta_seconds("running", 0.0, 20.0, 12.5) == 0.0
+    assert eta_seconds("running", 0.0, None, None) is None
+    for done in ("succeeded", "failed", "cancelled"):
+        assert eta_seconds(done, 1.0, 30.0, 12.5) is None
+
+
+def test_submission_states_cases_and_an_estimate(client: TestClient) -> None:
+    from service.engine.replay import plan_replay, total_cases
+    from service.replays.estimate import MIN_CASES_TO_MEASURE
+
+    content = synth_csv(seed=41, trials=3)  # multi-trial: fractional outcomes on a lattice
+    ds = upload(client, content)
+    spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 1000, "groups": ["group"], "seed": 1}
+    body = _submit(client, ds["id"], **spec)
+    cases = total_cases(plan_replay(parse_records(content), make_spec(**spec)))
+    assert cases >= MIN_CASES_TO_MEASURE and body["n_cases"] == cases
+    assert body["estimated_seconds"] > 0 and body["eta_seconds"] == body["estimated_seconds"]  # queued
+    done = wait_for(client, body["id"])
+    assert done["status"] == "succeeded" and done["eta_seconds"] is None
+    small = _submit(client, ds["id"], **{**spec, "orders": 5})
+    assert small["estimated_seconds"] is None and small["n_cases"] < MIN_CASES_TO_MEASURE
+    wait_for(client, small["id"])

@@ -10,11 +10,21 @@
   var bar = document.getElementById("progress-bar");
   var text = document.getElementById("progress-text");
   var chunks = document.getElementById("progress-chunks");
+  var eta = document.getElementById("progress-eta");
+  function duration(s) {
+    if (s < 90) { return Math.max(1, Math.round(s)) + " s"; }
+    if (s < 5400) { return Math.round(s / 60) + " min"; }
+    return (s / 3600).toFixed(1) + " h";
+  }
   var badge = document.getElementById("status");
   function show(s) {
     if (bar) { bar.value = s.progress; }
     if (text) { text.textContent = (100 * s.progress).toFixed(1) + " %"; }
     if (chunks) { chunks.textContent = String(s.chunks_done); }
+    if (eta) {
+      eta.textContent = (s.eta_seconds === null || s.eta_seconds === undefined) ? "time left not known yet"
+        : "about " + duration(s.eta_seconds) + " left" + (s.status === "queued" ? " (estimated at submission, on one worker)" : "");
+    }
     if (badge) { badge.textContent = s.status; badge.className = "status status-" + s.status; }
   }
   function poll() {

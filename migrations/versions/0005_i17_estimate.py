@@ -1,0 +1,31 @@
+"""Replays: the run time estimated at submission (measured on the replay's own first pairs)
+
+Revision ID: 0005_i17
+Revises: 0005_i11
+Create Date: 2026-12-01 11:10:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0005_i17"
+down_revision: str | None = "0005_i11"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Replays submitted before this have no estimate (null): their pages show the ETA from progress only.
+    with op.batch_alter_table("replays", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("estimated_seconds", sa.Float(), nullable=True))
+        batch_op.add_column(sa.Column("n_cases", sa.BigInteger(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("replays", schema=None) as batch_op:
+        batch_op.drop_column("n_cases")
+        batch_op.drop_column("estimated_seconds")
