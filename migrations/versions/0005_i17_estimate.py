@@ -1,4 +1,4 @@
-"""Replays: the run time estimated at submission (measured on the replay's own first pairs)
+"""Replays: case count, cost kind and the run time estimated at submission (service.replays.estimate)
 
 Revision ID: 0005_i17
 Revises: 0005_i11
@@ -23,9 +23,11 @@ def upgrade() -> None:
     with op.batch_alter_table("replays", schema=None) as batch_op:
         batch_op.add_column(sa.Column("estimated_seconds", sa.Float(), nullable=True))
         batch_op.add_column(sa.Column("n_cases", sa.BigInteger(), nullable=True))
+        batch_op.add_column(sa.Column("cost_kind", sa.String(length=120), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("replays", schema=None) as batch_op:
+        batch_op.drop_column("cost_kind")
         batch_op.drop_column("n_cases")
         batch_op.drop_column("estimated_seconds")

@@ -1,43 +1,100 @@
-"""How long a replay will take, said before it starts: its case count times a per-case cost
-measured on its own first pairs (same plan, same policies, same outcome lattice).
+"""How long a replay will take, said before it starts: its case count times a measured cost.
 
-Why measure instead of a fixed rate: the per-case cost varies a hundredfold between a 0/1
-single-trial dataset (closed forms on prefix sums) and a multi-trial one (the bootstrap tail
-over a lattice of differences, or literal resamples off it), so only the replay's own work
-predicts it. The sample is at most ``SAMPLE_PAIRS`` pairs and at most ~1/20 of the pairs, so
-it costs a small share of the run; it includes the set-up a chunk pays once (orders,
-observation matrices), so light replays are over-estimated rather than under-estimated.
-The estimate is for one worker; N workers divide the chunked part by up to N.
+The per-case cost varies a hundredfold between a 0/1 single-trial dataset (closed forms on
+prefix sums) and a multi-trial one (the bootstrap tail over a lattice of differences, or
+literal resamples off it), and with the number of tasks (each case sums over them), so no
+fixed rate predicts it. Two measurements, best first:
+
+1. **History**: replays of the same kind (outcome lattice and rules, ``cost_kind``) that
+   succeeded on this deployment: the median of their seconds per (case x task), times this
+   replay's cases x tasks. Free, and it includes what the deployment really does (queueing,
+   number of workers).
+2. **Sample** (no history yet): run the replay's own first pairs twice, 1 pair then 3, which
+   separates the set-up a chunk pays once (observation matrices, per-configuration tables)
+   from the cost per pair: ``chunks x setup + pairs x per_pair``, for one worker. It costs
+   about two set-ups and four pairs, paid only by the first replay of its kind.
+
+Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from typing import Any
 
-SAMPLE_PAIRS = 2
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 MIN_CASES_TO_MEASURE = 200_000
-"""Below this many cases a replay takes about a second: not worth measuring."""
+HISTORY = 5
+"""Recent succeeded replays of the same kind whose rate is used (median)."""
 
 
-def measure(plan: Any) -> tuple[int, float | None]:
-    """``(cases, estimated seconds on one worker)``; the estimate is None for tiny replays."""
-    from service.engine.replay import run_chunk, total_cases
+def cost_kind(plan: Any) -> str:
+    """What the per-case cost depends on beyond the case and task counts."""
+    rules = sorted({c.policy.rule + ("+cov" if c.policy.coverage_aware else "") for c in plan.configs})
+    lattice = "binary" if plan.records.binary_single_trial else f"lattice{plan.lattice or 'off'}"
+    boot = sorted({str(c.bootstrap) for c in plan.configs if c.policy.rule == "bootstrap"})
+    return f"{lattice}|{','.join(rules)}|B={','.join(boot)}"[:120]
+
+
+def _units(plan: Any, cases: int) -> float:
+    return float(cases) * max(plan.records.n_tasks, 1)
+
+
+def from_history(session: Session, kind: str, units: float) -> float | None:
+    from service.datasets.models import Dataset
+    from service.replays.models import SUCCEEDED, Replay
+
+    rows = session.execute(
+        select(Replay.started_at, Replay.finished_at, Replay.n_cases, Dataset.n_tasks)
+        .join(Dataset, Dataset.id == Replay.dataset_id)
+        .where(Replay.status == SUCCEEDED, Replay.cost_kind == kind, Replay.n_cases.is_not(None),
+               Replay.started_at.is_not(None), Replay.finished_at.is_not(None))
+        .order_by(Replay.finished_at.desc())
+        .limit(HISTORY)
+    ).all()
+    rates = [(f - s).total_seconds() / (n * max(t, 1)) for s, f, n, t in rows if n]
+    return statistics.median(rates) * units if rates else None
+
+
+def from_sample(plan: Any, chunk_pairs: int) -> float:
+    from service.engine.replay import run_chunk
+
+    def timed(a: int, b: int) -> float:
+        start = time.perf_counter()
+        run_chunk(plan, a, b)
+        return time.perf_counter() - start
+
+    if plan.n_pairs < 4:
+        return timed(0, plan.n_pairs)
+    t1, t3 = timed(0, 1), timed(1, 4)
+    per_pair = (t3 - t1) / 2
+    setup = t1 - per_pair
+    if per_pair <= 0 or setup < 0:  # noise swamped the difference: price every pair like the sample
+        per_pair, setup = max(t1, t3 / 3), 0.0
+    return math.ceil(plan.n_pairs / chunk_pairs) * setup + plan.n_pairs * per_pair
+
+
+def estimate(session: Session, plan: Any, chunk_pairs: int) -> tuple[int, str, float | None]:
+    """``(cases, cost kind, estimated seconds or None)`` for a replay about to be stored."""
+    from service.engine.replay import total_cases
 
     cases = total_cases(plan)
+    kind = cost_kind(plan)
     if cases < MIN_CASES_TO_MEASURE or plan.n_pairs == 0:
-        return cases, None
-    sample = max(1, min(SAMPLE_PAIRS, plan.n_pairs // 20))
-    start = time.perf_counter()
-    run_chunk(plan, 0, sample)
-    elapsed = time.perf_counter() - start
-    per_case = elapsed / (cases * sample / plan.n_pairs)
-    return cases, round(per_case * cases, 1)
+        return cases, kind, None
+    seconds = from_history(session, kind, _units(plan, cases))
+    if seconds is None:
+        seconds = from_sample(plan, chunk_pairs)
+    return cases, kind, round(seconds, 1)
 
 
 def eta_seconds(status: str, progress: float, elapsed: float | None, estimated: float | None) -> float | None:
     """Seconds left: from the measured rate once some progress is in (elapsed x (1 - p) / p),
-    else the submission estimate while queued; None once finished or when nothing is known."""
+    else the submission estimate (less the time spent); None once finished or when unknown."""
     if status == "queued":
         return estimated
     if status != "running":

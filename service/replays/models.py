@@ -44,6 +44,8 @@ class Replay(Base):
     n_chunks: Mapped[int] = mapped_column(Integer)
     n_cases: Mapped[int | None] = mapped_column(BigInteger, default=None)
     estimated_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    cost_kind: Mapped[str | None] = mapped_column(String(120), default=None)
+    """What the per-case cost depends on (lattice, rules): finished replays of a kind time the next."""
     """Run time on one worker predicted at submission (``service.replays.estimate``)."""
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from service.auth.ownership import current_owner
+from service.datasets import repository as datasets_repo
 from service.db import transaction
 from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
@@ -50,7 +51,8 @@ def create_replay(body: ReplayCreate, session: SessionDep, settings: SettingsDep
     return service.to_read(replay, (0, 0))
 
 
-@router.get("", response_model=ReplayPage, summary="List replays, newest first")
+@router.get("", response_model=ReplayPage, responses=responses(Unprocessable),
+            summary="List replays, newest first")
 def list_replays(
     session: SessionDep,
     dataset_id: uuid.UUID | None = None,
@@ -58,6 +60,8 @@ def list_replays(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> ReplayPage:
+    if dataset_id is not None and datasets_repo.get(session, dataset_id) is None:  # a filter that cannot match
+        raise Unprocessable([{"field": "dataset_id", "message": f"dataset_id={dataset_id} matches no dataset"}])
     items, total = repository.page(session, limit=limit, offset=offset, dataset_id=dataset_id, status=status)
     done = repository.done_counts(session, [r.id for r in items])
     return ReplayPage(

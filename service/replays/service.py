@@ -100,7 +100,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
     except SpecError as exc:
         raise Unprocessable(spec_error_detail(exc)) from None
     limits.check_replay_plan(plan, settings)  # cases and a chunk's memory, before any case runs
-    n_cases, estimated = estimate.measure(plan)
+    n_cases, kind, estimated = estimate.estimate(session, plan, settings.chunk_pairs)
     bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs)
     replay = Replay(
         id=uuid.uuid4(),
@@ -110,6 +110,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
         n_pairs=plan.n_pairs,
         n_chunks=len(bounds),
         n_cases=n_cases,
+        cost_kind=kind,
         estimated_seconds=estimated,
         dispatched_at=utcnow(),
     )

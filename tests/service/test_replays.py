@@ -97,6 +97,9 @@ def test_metric_rows_are_queryable(client: TestClient) -> None:
         assert problem["field"] == name and f"{name}={shown} matches nothing" in problem["message"], problem
     r = client.get(f"/v1/replays/{rid}/metrics", params={"policy": "nope", "delta": 5})
     assert "uniform_forced" in r.json()["detail"][0]["message"]  # the values it has
+    r = client.get("/v1/replays", params={"dataset_id": "00000000-0000-0000-0000-000000000000"})
+    assert r.status_code == 422 and "matches no dataset" in r.text
+    assert client.get("/v1/replays", params={"dataset_id": ds["id"]}).json()["total"] == 1
     # a combination of existing values that selects nothing is an honest empty page
     r = client.get(f"/v1/replays/{rid}/metrics", params={"metric": "minimum_sufficient_budget", "budget": 0.5})
     assert r.status_code == 200 and r.json()["total"] == 0
@@ -369,6 +372,14 @@ def test_submission_states_cases_and_an_estimate(client: TestClient) -> None:
     assert body["estimated_seconds"] > 0 and body["eta_seconds"] == body["estimated_seconds"]  # queued
     done = wait_for(client, body["id"])
     assert done["status"] == "succeeded" and done["eta_seconds"] is None
+    # the next replay of the same kind is timed by this one: its seconds per (case x task)
+    from datetime import datetime
+
+    took = (datetime.fromisoformat(done["finished_at"]) - datetime.fromisoformat(done["started_at"])).total_seconds()
+    bigger = _submit(client, ds["id"], **{**spec, "orders": 2000})
+    assert bigger["n_cases"] == 2 * cases
+    assert bigger["estimated_seconds"] == pytest.approx(round(took * 2, 1), abs=0.11)
+    assert client.delete(f"/v1/replays/{bigger['id']}").status_code == 200
     small = _submit(client, ds["id"], **{**spec, "orders": 5})
     assert small["estimated_seconds"] is None and small["n_cases"] < MIN_CASES_TO_MEASURE
     wait_for(client, small["id"])
