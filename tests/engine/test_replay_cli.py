@@ -19,9 +19,10 @@ SPEC_NAMES = {"false_accept_rate", "false_reject_rate", "decision_error", "defer
               "cost_fraction", "task_fraction"}
 
 
-@pytest.fixture(scope="module")
-def lite_path():
-    return str(shared_dataset("swebench_lite"))
+@pytest.fixture(scope="module", params=["tau2_airline", "swebench_lite"])
+def lite_path(request):
+    """A real dataset: the shipped one (always) and SWE-bench Lite (when ../shared/data has it)."""
+    return str(shared_dataset(request.param))
 
 
 def run_cli(args, capsys):
