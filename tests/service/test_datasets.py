@@ -247,3 +247,15 @@ def test_delete_refuses_while_a_replay_runs_and_keeps_finished_ones_unless_asked
     finally:
         engine.run_chunk = original
         gate.set()
+
+
+def test_an_upload_with_12600_bad_rows_states_the_total(client: TestClient) -> None:
+    body = "system,task_id,group,trial,outcome,cost\n" + "".join(
+        f"S{i % 42},t{i // 42},g,0,True?,\n" for i in range(12_600)
+    )
+    detail = _bad(client, body.encode(), "records.csv")
+    assert len(detail) == 21 and all(d["row"] is not None for d in detail[:20])
+    assert detail[0]["row"] == 1 and detail[19]["row"] == 20
+    assert detail[-1] == {"row": None, "field": None, "message": (
+        "12,600 problems on 12,600 data rows in all (rows count data records from 1, the CSV header not "
+        "included); the first 20 are listed")}
