@@ -74,6 +74,16 @@ def check_metric_filters(session: Session, replay_id: uuid.UUID, filters: dict[s
         raise Unprocessable(problems)
 
 
+def check_systems(systems: Sequence[str] | None, known: Sequence[str], replay_id: uuid.UUID) -> None:
+    """Every ``system`` filter of the per-pair rows must name a system of the replay (422 otherwise)."""
+    missing = [s for s in systems or () if s not in set(known)]
+    if missing:
+        raise Unprocessable([{"field": "system", "message": (
+            f"system={', '.join(repr(m) for m in missing)} matches nothing in replay {replay_id}; its systems: "
+            f"{_show(sorted(known))}"
+        )}])
+
+
 def check_deltas(spec: dict[str, Any], deltas: Sequence[float] | None, replay_id: uuid.UUID) -> None:
     """Every requested δ panel must be one of the replay's thresholds (422 otherwise)."""
     known = [float(d) for d in spec.get("deltas", [])]

@@ -15,7 +15,7 @@ from service.db import transaction
 from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import pairs, repository, service
-from service.replays.filters import check_metric_filters
+from service.replays.filters import check_metric_filters, check_systems
 from service.replays.report_cache import CACHE
 from service.replays.schemas import (
     MetricPage,
@@ -210,6 +210,8 @@ def get_pairs(
     replay = service.get(session, replay_id)
     if replay.status != "succeeded":
         raise Conflict(f"replay {replay_id} is {replay.status}; per-pair rows exist once it has succeeded")
+    if system:
+        check_systems(system, pairs.table(session, replay, config).systems, replay_id)
     rows, matched, total = pairs.page(
         session, replay, config, systems=system, sort=sort, descending=order == "desc", limit=limit, offset=offset
     )

@@ -97,6 +97,10 @@ def test_metric_rows_are_queryable(client: TestClient) -> None:
         assert problem["field"] == name and f"{name}={shown} matches nothing" in problem["message"], problem
     r = client.get(f"/v1/replays/{rid}/metrics", params={"policy": "nope", "delta": 5})
     assert "uniform_forced" in r.json()["detail"][0]["message"]  # the values it has
+    r = client.get(f"/v1/replays/{rid}/pairs", params={"system": ["nope"]})
+    assert r.status_code == 422 and "system='nope' matches nothing" in r.text
+    some = report["dataset"]["system_names"][0]
+    assert client.get(f"/v1/replays/{rid}/pairs", params={"system": [some]}).json()["matched"] > 0
     r = client.get("/v1/replays", params={"dataset_id": "00000000-0000-0000-0000-000000000000"})
     assert r.status_code == 422 and "matches no dataset" in r.text
     assert client.get("/v1/replays", params={"dataset_id": ds["id"]}).json()["total"] == 1
