@@ -1,7 +1,7 @@
 """Replays: case count, cost kind and the run time estimated at submission (service.replays.estimate)
 
 Revision ID: 0005_i17
-Revises: 0005_i13
+Revises: 0005_i16
 Create Date: 2026-12-01 11:10:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005_i17"
-down_revision: str | None = "0005_i13"
+down_revision: str | None = "0005_i16"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
