@@ -79,6 +79,14 @@ def responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
     return {e.status_code: {"model": ErrorBody, "description": e.code} for e in errors}
 
 
+def validation_detail(errors: Any) -> list[dict[str, Any]]:
+    """pydantic's errors as ``[{field, message}]`` (``body`` left out of the field path)."""
+    return [
+        {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
+        for e in errors
+    ]
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
@@ -87,11 +95,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [
-            {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
-            for e in exc.errors()
-        ]
-        return JSONResponse({"error": "invalid_input", "detail": detail}, status_code=422)
+        return JSONResponse({"error": "invalid_input", "detail": validation_detail(exc.errors())}, status_code=422)
 
     @app.exception_handler(DataError)
     @app.exception_handler(OverflowError)

@@ -165,11 +165,13 @@ def check_decision_work(work: int, settings: Settings, field: str = "body") -> N
 
 
 def n_observations(observations: Sequence[object] | None, outcomes: dict[str, dict[str, Any]] | None) -> int:
+    """Observation rows, or (compact form) observed tasks per system: the work terms grow with
+    tasks; trials of a task are bounded by the body's size."""
     if observations is not None:
         return len(observations)
     if outcomes is None:
         return 0
-    return sum(len(v) if isinstance(v, list) else 1 for per in outcomes.values() for v in per.values())
+    return sum(len(per) for per in outcomes.values())
 
 
 def check_checkpoints(n_budgets: int, settings: Settings) -> None:
@@ -193,13 +195,15 @@ def check_decision(body: Any, settings: Settings) -> int:
         return n_obs
     ids, groups = body.universe.task_ids, body.universe.groups
     check_universe(len(ids), settings)
-    n_groups = len(set(groups)) if groups else 1
+    rule, coverage_aware = _rule_of(body), body.coverage_aware is not False
+    # the groups matter only to anytime's coverage path: not counted for the common case
+    n_groups = len(set(groups)) if groups and rule in ("anytime", "anytime_eb") and coverage_aware else 1
     work = decision_work(
         n_tasks=len(ids),
         n_observations=n_obs,
         n_groups=n_groups,
-        rule=_rule_of(body),
-        coverage_aware=body.coverage_aware is not False,
+        rule=rule,
+        coverage_aware=coverage_aware,
         bootstrap=body.bootstrap,
     )
     check_decision_work(work, settings)

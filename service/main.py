@@ -94,6 +94,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        pool = getattr(app.state, "decision_pool", None)
+        if pool is not None:
+            pool.close()
         runner.close()
         engine.dispose()
 

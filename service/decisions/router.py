@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service import limits
 from service.decisions import service
+from service.decisions.offload import DecisionPool
 from service.decisions.schemas import DecisionCreate, DecisionRead
 from service.errors import NotFound, Unprocessable, responses
 
@@ -30,6 +31,14 @@ async def decision_body(request: Request) -> DecisionCreate:
     if len(raw) > request.app.state.settings.decision_inline_bytes:  # 0.5 s for 4 MB: not on the loop
         return await run_in_threadpool(parse_decision, raw)
     return parse_decision(raw)
+
+
+def decision_pool(request: Request) -> DecisionPool:
+    state = request.app.state
+    pool = getattr(state, "decision_pool", None)
+    if pool is None:
+        pool = state.decision_pool = DecisionPool(state.settings)
+    return pool
 
 
 def parse_decision(raw: bytes) -> DecisionCreate:
@@ -54,13 +63,23 @@ async def create_decision(request: Request) -> Response:
     # The body is parsed here rather than by a dependency: FastAPI's dependency solving is
     # a measurable share of a request this small. (Most such requests never get here:
     # service.decisions.fastpath answers them before routing.)
-    # A decision larger than ``decision_inline_work`` cells (limits.check_decision: universe,
-    # observations, and the rule's own term) runs in a thread too: a 100,000-task anytime
-    # decision once held the loop, and every other request of the process, for seconds.
-    body = await decision_body(request)
+    # A body past ``decision_inline_bytes`` or a decision past ``decision_inline_work`` cells
+    # (limits.check_decision: universe, observations, the rule's own term) is parsed and
+    # decided in another process (decisions.offload): a 100,000-task anytime decision once
+    # held the loop, and every other request of the process, for seconds (and in a thread it
+    # still held the GIL).
     settings = request.app.state.settings
+    raw = await request.body()
+    if len(raw) > settings.decision_inline_bytes:
+        status, out = await decision_pool(request).decide(raw)
+        if status:  # else it names a dataset: parsed and decided in a thread below
+            return Response(content=out, status_code=status, media_type="application/json")
+    body = await decision_body(request)
     work = limits.check_decision(body, settings)
-    if body.dataset_id is None and not body.forecast and work <= settings.decision_inline_work:
+    if body.dataset_id is None and work > settings.decision_inline_work:
+        status, out = await decision_pool(request).decide(raw)
+        return Response(content=out, status_code=status, media_type="application/json")
+    if body.dataset_id is None and not body.forecast:
         out = service.decision_json(None, body, settings=settings)  # a forecast simulates continuations: in a thread
     else:
         ttl = settings.calibration_cache_seconds

@@ -129,7 +129,8 @@ def _universe(n: int, groups: int | None = None) -> dict:
 
 
 def test_decisions_are_bounded_and_large_ones_run_off_the_event_loop(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """Inline universes never touch the database: one backend is enough."""
+    """A small decision runs on the event loop, a large one in the decision process, one past
+    the limits nowhere (inline universes never touch the database: one backend is enough)."""
     from service.decisions import service
 
     threads: list[str] = []
@@ -160,7 +161,8 @@ def test_decisions_are_bounded_and_large_ones_run_off_the_event_loop(tmp_path, m
         }
         r = c.post("/v1/decisions", json=big)
         assert r.status_code == 200, r.text
-        assert threads[0] == loop_thread[0] and threads[1] != loop_thread[0]  # small on the loop, large not
+        # the small one on the event loop; the large one not in this process at all
+        assert threads == [loop_thread[0]] and c.app.state.decision_pool is not None
         grouped = {**big, "universe": _universe(n, groups=1000)}  # was 8 s and 1.2 GB on the event loop
         started = time.monotonic()
         r = c.post("/v1/decisions", json=grouped)
@@ -174,6 +176,37 @@ def test_decisions_are_bounded_and_large_ones_run_off_the_event_loop(tmp_path, m
             json={**small, "bootstrap": 1_000_000, "universe": _universe(10_000), "outcomes": {"A": half, "B": half}},
         )
         assert r.status_code == 422 and "finite bootstrap" in detail_of(r)
+
+
+def test_large_decisions_answer_as_the_route_does_from_the_decision_process(tmp_path) -> None:  # noqa: ANN001
+    """Past ``decision_inline_bytes`` the body is parsed and decided in another process: the
+    same bytes for a decision, the same 422 bodies for what does not parse or does not decide."""
+    n = 20_000
+    ids = [f"t{i}" for i in range(n)]
+    half = {t: i % 2 for i, t in enumerate(ids[:500])}
+    ok = {"universe": {"task_ids": ids}, "outcomes": {"A": half, "B": {t: 1 - v for t, v in half.items()}}}
+    bad = [
+        {**ok, "rule": "majority"},
+        {**ok, "universe": {"task_ids": ids + ["t0"]}},
+        {**ok, "a": "x"},
+        {**ok, "universe": {"task_ids": [f"t{i}" for i in range(100_001)]}},
+    ]
+    bodies = [json.dumps(b).encode() for b in [ok, *bad]] + [b'{"universe": ' + b"[" * 40_000 + b"]" * 40_000 + b"}"]
+    answers = {}
+    for inline in (True, False):
+        limit = 10**9 if inline else 64 * 1024
+        settings = make_settings(
+            data_dir=tmp_path / str(inline),
+            decision_inline_bytes=limit,
+            decision_inline_work=10**9 if inline else 20_000,
+        )
+        with TestClient(create_app(settings)) as c:
+            got = [c.post("/v1/decisions", content=b, headers={"content-type": "application/json"}) for b in bodies]
+            if not inline:
+                assert getattr(c.app.state, "decision_pool", None) is not None  # they went to the process
+        answers[inline] = [(r.status_code, r.content) for r in got]
+    assert [a[0] for a in answers[False]] == [200, 422, 422, 422, 422, 422]
+    assert answers[True] == answers[False]
 
 
 # ------------------------------------------------------------------ row 6: checkpoints
