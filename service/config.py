@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     decision_processes: int = Field(
         default=1, ge=1, description="Processes deciding large inline decisions (off the API's event loop and GIL)."
     )
+    max_pending_decisions: int = Field(
+        default=8, ge=1, description="Large decisions queued or running at once per process (503 past it)."
+    )
     max_session_checkpoints: int = Field(default=200, ge=1, description="Budgets (checkpoints) of a live session.")
     max_header_bytes: int = Field(default=64 * 1024, ge=1024, description="Request line and headers, per request.")
     header_timeout_seconds: float = Field(

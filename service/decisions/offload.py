@@ -61,6 +61,7 @@ class DecisionPool:
         self.settings = settings
         self.limits = {k: getattr(settings, k) for k in ("max_universe_tasks", "max_decision_work")}
         self._pool: ProcessPoolExecutor | None = None
+        self._pending = 0
         self._lock = Lock()
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -72,13 +73,23 @@ class DecisionPool:
             return self._pool
 
     async def decide(self, raw: bytes) -> tuple[int, bytes]:
+        """``(status, body)``; a 503 with Retry-After while ``max_pending_decisions`` are
+        already queued or running (a flood of large decisions waits for no one)."""
+        if self._pending >= self.settings.max_pending_decisions:
+            raise ServiceUnavailable(
+                f"{self._pending} large decisions are already being decided; retry shortly",
+                headers={"Retry-After": "2"},
+            )
         loop = asyncio.get_running_loop()
+        self._pending += 1  # the event loop's own counter: no lock needed
         try:
             return await loop.run_in_executor(self._executor(), decide_raw, raw, self.limits)
         except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh next time
             with self._lock:
                 self._pool = None
             raise ServiceUnavailable("the decision worker stopped; retry", headers={"Retry-After": "1"}) from None
+        finally:
+            self._pending -= 1
 
     def close(self) -> None:
         with self._lock:

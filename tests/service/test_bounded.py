@@ -209,6 +209,33 @@ def test_large_decisions_answer_as_the_route_does_from_the_decision_process(tmp_
     assert answers[True] == answers[False]
 
 
+def test_a_flood_of_large_decisions_is_told_to_retry(tmp_path) -> None:  # noqa: ANN001
+    """Past ``max_pending_decisions`` queued in the decision process, a 503 with Retry-After."""
+    n = 40_000
+    half = {f"t{i}": i % 2 for i in range(n // 2)}
+    raw = json.dumps(
+        {
+            "universe": {"task_ids": [f"t{i}" for i in range(n)]},
+            "rule": "anytime",
+            "outcomes": {"A": half, "B": {t: 1 - v for t, v in half.items()}},
+        }
+    ).encode()
+    with TestClient(create_app(make_settings(data_dir=tmp_path, max_pending_decisions=1))) as c:
+        results: list = []
+
+        def send() -> None:
+            results.append(c.post("/v1/decisions", content=raw, headers={"content-type": "application/json"}))
+
+        threads = [threading.Thread(target=send) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    codes = sorted(r.status_code for r in results)
+    assert codes[0] == 200 and 503 in codes, codes
+    assert all(r.headers["retry-after"] for r in results if r.status_code == 503)
+
+
 # ------------------------------------------------------------------ row 6: checkpoints
 
 
