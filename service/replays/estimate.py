@@ -9,19 +9,16 @@ fixed rate predicts it. Two measurements, best first:
    succeeded on this deployment: the median of their seconds per (case x task), times this
    replay's cases x tasks. Free, and it includes what the deployment really does (queueing,
    number of workers).
-2. **Sample** (no history yet): after a warm-up pair (orders, imports), time 1 pair then 3,
-   which separates the set-up a chunk pays once (observation matrices, per-configuration
-   tables) from the cost per pair: ``chunks x setup + pairs x per_pair``, for one worker. It
-   costs about three set-ups and five pairs (2-4 s for the 12 x 300 demo on the shared 2-core
-   machine), paid only by the first replay of its kind; the in-process runner reuses the
-   warmed plan.
+2. **Sample** (no history yet): the replay's first chunk run with about 20 orders per pair
+   instead of its R, timed and scaled by R / 20 and by the number of chunks (``from_sample``),
+   for one worker. It costs about 20 / R of a chunk (4 % at 500 orders), paid only by the
+   first replay of its kind; it errs high rather than low.
 
 Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from typing import Any
@@ -30,6 +27,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 MIN_CASES_TO_MEASURE = 200_000
+SAMPLE_ORDERS = 20
+"""Orders per pair of the timing sample (the replay's own orders / k, k an integer)."""
 HISTORY = 5
 """Recent succeeded replays of the same kind whose rate is used (median)."""
 
@@ -53,8 +52,13 @@ def from_history(session: Session, kind: str, units: float) -> float | None:
     rows = session.execute(
         select(Replay.started_at, Replay.finished_at, Replay.n_cases, Dataset.n_tasks)
         .join(Dataset, Dataset.id == Replay.dataset_id)
-        .where(Replay.status == SUCCEEDED, Replay.cost_kind == kind, Replay.n_cases.is_not(None),
-               Replay.started_at.is_not(None), Replay.finished_at.is_not(None))
+        .where(
+            Replay.status == SUCCEEDED,
+            Replay.cost_kind == kind,
+            Replay.n_cases.is_not(None),
+            Replay.started_at.is_not(None),
+            Replay.finished_at.is_not(None),
+        )
         .order_by(Replay.finished_at.desc())
         .limit(HISTORY)
     ).all()
@@ -63,22 +67,29 @@ def from_history(session: Session, kind: str, units: float) -> float | None:
 
 
 def from_sample(plan: Any, chunk_pairs: int) -> float:
-    from service.engine.replay import run_chunk
+    """Seconds on one worker, from the replay's first chunk run with 1/k of its orders.
 
-    def timed(a: int, b: int) -> float:
-        start = time.perf_counter()
-        run_chunk(plan, a, b)
-        return time.perf_counter() - start
+    Most of a chunk's time grows with the number of orders (observation matrices, every
+    case's decision), so the first chunk (its pairs, configurations and lattice) replayed at
+    ``orders / k`` takes about 1/k of its time: times k, times the number of chunks. A warm-up
+    pair first pays the one-time costs of a process (lazy imports, first allocations). What
+    does not grow with the orders (per configuration and pair) is multiplied by k too, so the
+    estimate errs high: 1.8-5x on four replays measured on the shared 2-core machine (the
+    12 x 300 demo, multi-trial synthetic and Terminal-Bench, the shipped tau2_airline). A
+    two-point fit (10 and 30 orders) was tried and dropped: its noise there gave 0.26-2.3x at
+    twice the sampling cost."""
+    from dataclasses import replace
 
-    if plan.n_pairs < 5:
-        return timed(0, plan.n_pairs)
-    timed(0, 1)  # warm-up: the orders (cached on the plan), lazy imports, first-touch allocations
-    t1, t3 = timed(1, 2), timed(2, 5)
-    per_pair = (t3 - t1) / 2
-    setup = t1 - per_pair
-    if per_pair <= 0 or setup < 0:  # noise swamped the difference: an upper bound, every pair as dear
-        per_pair, setup = max(t1, t3 / 3), 0.0
-    return math.ceil(plan.n_pairs / chunk_pairs) * setup + plan.n_pairs * per_pair
+    from service.engine.replay import plan_replay, run_chunk
+
+    k = max(1, plan.spec.orders // SAMPLE_ORDERS)
+    small = plan if k == 1 else plan_replay(plan.records, replace(plan.spec, orders=plan.spec.orders // k))
+    m = min(plan.n_pairs, chunk_pairs)
+    run_chunk(small, 0, 1)
+    start = time.perf_counter()
+    run_chunk(small, 0, m)
+    elapsed = time.perf_counter() - start
+    return elapsed * (plan.spec.orders / small.spec.orders) * plan.n_pairs / m
 
 
 def estimate(session: Session, plan: Any, chunk_pairs: int) -> tuple[int, str, float | None]:
