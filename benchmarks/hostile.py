@@ -188,6 +188,10 @@ def main() -> int:
                 s.close()
             return f"16 x {len(body) / 2**20:.0f} MB uploads held open: server RSS {held:+.0f} MB while held"
 
+        def valid_upload() -> httpx.Response:
+            data = to_csv(generate(n_systems=250, n_tasks=2000, n_groups=3, seed=3)).encode()
+            return h.post("/v1/datasets", files={"file": ("v.csv", data, "text/csv")})
+
         def checkpoints() -> httpx.Response:
             return h.post(
                 "/v1/sessions",
@@ -257,6 +261,7 @@ def main() -> int:
             ("7 16 MB request header", lambda: raw_socket(port, many_headers)[:12]),
             ("7 slow headers", slow_headers),
             ("8 16 concurrent uploads held open", held_uploads),
+            ("8 a valid 26 MB upload", valid_upload),
             (
                 "9 JSONL nesting bomb",
                 lambda: h.post(

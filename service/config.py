@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     max_systems_x_tasks: int = Field(default=1_000_000, ge=1)
     max_upload_columns: int = Field(default=200, ge=3, description="Columns of an uploaded CSV (or keys of a row).")
     max_concurrent_uploads: int = Field(
-        default=4, ge=1, description="Uploads parsed at once per process; others wait (bounded memory)."
+        default=2, ge=1, description="Uploads parsed at once per process (each peaks at ~17x its bytes); others wait."
     )
     max_replay_cases: int = Field(
         default=1_000_000_000, ge=1, description="Ceiling of pairs x orders x budgets x configurations x seeds."
