@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     max_concurrent_uploads: int = Field(
         default=2, ge=1, description="Uploads parsed at once per process (each peaks at ~17x its bytes); others wait."
     )
+    parse_process_bytes: int = Field(
+        default=1024 * 1024, ge=0, description="Uploads larger than this are parsed in a separate process."
+    )
     max_replay_cases: int = Field(
         default=1_000_000_000, ge=1, description="Ceiling of pairs x orders x budgets x configurations x seeds."
     )

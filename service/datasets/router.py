@@ -215,7 +215,8 @@ def create_dataset(
     response: Response,
 ) -> DatasetRead:
     dataset, created = service.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
-                                      limits=record_limits(settings), filename=upload.filename)
+                                      limits=record_limits(settings),
+                                      parse_process_bytes=settings.parse_process_bytes, filename=upload.filename)
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     read = DatasetRead.model_validate(dataset)

@@ -19,6 +19,7 @@ from service.datasets.models import Dataset
 from service.engine.identity import records_digest
 from service.engine.records import RecordLimits, Records, RecordsError, RecordsTooLarge, parse_records
 from service.errors import NotFound, PayloadTooLarge, Unprocessable
+from service.parsing import parse_upload
 
 GENERIC_STEMS = frozenset({
     "", "records", "record", "data", "dataset", "results", "result", "output", "out", "export", "file", "upload",
@@ -104,14 +105,15 @@ def default_name(session: Session, filename: str | None, digest: str) -> str:
 
 def create(
     session: Session, *, name: str | None, content: bytes, fmt: str | None, limits: RecordLimits | None = None,
-    filename: str | None = None,
+    filename: str | None = None, parse_process_bytes: int = 2**62,
 ) -> tuple[Dataset, bool]:
     """Store a validated dataset; the same records again (as CSV or JSONL, in any row order)
     return the stored one (``created=False``, its name unchanged: see ``duplicate_notice``).
     ``name`` None derives one (``default_name``). An input over ``limits`` (records,
-    systems x tasks, columns) is refused (413) by the parser as it reads, before any matrix."""
+    systems x tasks, columns) is refused (413) by the parser as it reads, before any matrix.
+    Content past ``parse_process_bytes`` is parsed in a separate process (``service.parsing``)."""
     try:
-        records = parse_records(content, fmt=fmt, limits=limits)
+        records = parse_upload(content, fmt, limits, parse_process_bytes)
     except RecordsTooLarge as exc:
         raise PayloadTooLarge(str(exc)) from None
     except RecordsError as exc:

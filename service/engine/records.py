@@ -79,6 +79,9 @@ class RecordsError(ValueError):
         more = f" (and {self.total - 5} more)" if self.total > 5 else ""
         super().__init__(f"invalid records: {shown}{more}")
 
+    def __reduce__(self) -> tuple:  # pickled whole (an upload parsed in another process raises it)
+        return (type(self), (self.errors, self.total, self.bad_rows))
+
     @property
     def summary(self) -> str | None:
         """One line giving the totals when not every problem is listed (else None)."""

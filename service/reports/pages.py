@@ -227,7 +227,8 @@ def upload_dataset(
         return _index(session, status_code=upload.status_code, errors=_problems(upload.detail))
     try:
         dataset, created = datasets.create(session, name=upload.name, content=upload.content, fmt=upload.fmt,
-                                           limits=record_limits(settings), filename=upload.filename)
+                                           limits=record_limits(settings),
+                                           parse_process_bytes=settings.parse_process_bytes, filename=upload.filename)
     except ServiceError as exc:
         return _index(session, status_code=exc.status_code, errors=_problems(exc.detail))
     if not created:  # say which stored dataset it is, and that a new name was not applied

@@ -469,3 +469,22 @@ def test_readyz_503_says_when_to_retry(settings) -> None:  # noqa: ANN001
         finally:
             c.app.state.engine.dispose()
             c.app.state.engine = live
+
+
+def test_large_uploads_are_parsed_in_another_process_with_the_same_answers(tmp_path) -> None:  # noqa: ANN001
+    """Past ``parse_process_bytes`` an upload is parsed in a separate process: the same
+    dataset, the same 422 (every problem, rows and totals) and 413 as parsing in place."""
+    good = synth_csv(n_systems=4, n_tasks=300)
+    bad = good.replace(b",0,", b",x,", 50)
+    wide = b"system,task_id,outcome," + b",".join(b"c%d" % i for i in range(300)) + b"\na,t,1" + b"," * 300 + b"\n"
+    answers = {}
+    for where, threshold in (("here", 10**9), ("there", 0)):
+        with TestClient(create_app(make_settings(data_dir=tmp_path / where, parse_process_bytes=threshold))) as c:
+            got = [
+                c.post("/v1/datasets", files={"file": ("b.csv", content, "text/csv")}) for content in (good, bad, wide)
+            ]
+            answers[where] = [
+                (r.status_code, {k: v for k, v in r.json().items() if k not in ("id", "created_at")}) for r in got
+            ]
+    assert [a[0] for a in answers["there"]] == [201, 422, 413]
+    assert answers["here"] == answers["there"]
