@@ -41,7 +41,8 @@ def test_pages_filters_and_errors(client: TestClient) -> None:
             reverse=True,
         )
         assert two["items"] == want and two["matched"] == 14
-    assert _pairs(client, rid, system="nobody")["items"] == []
+    nobody = client.get(f"/v1/replays/{rid}/pairs", params={"system": ["nobody"]})  # a filter that cannot match
+    assert nobody.status_code == 422 and "system='nobody' matches nothing" in nobody.text
     assert _pairs(client, rid, offset=100)["items"] == []
     n = len(expected["configurations"])
     bad = client.get(f"/v1/replays/{rid}/pairs", params={"config": n})
