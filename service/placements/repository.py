@@ -35,9 +35,11 @@ def observations(session: Session, placement_id: uuid.UUID) -> list[tuple[str, i
 
 def insert_new(session: Session, placement_id: uuid.UUID, rows: Sequence[tuple[str, int, float]]) -> int:
     """Insert rows whose ``(task, trial)`` is not stored yet (a concurrent insert of the same
-    key waits and then does nothing). Returns the rows added."""
+    key waits and then does nothing). Key order, as for sessions: overlapping appends lock alike.
+    Returns the rows added."""
     if not rows:
         return 0
+    rows = sorted(rows, key=lambda r: (r[0], r[1]))
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     stmt = (
         insert(PlacementObservation)

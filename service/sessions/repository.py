@@ -35,9 +35,12 @@ def observations(session: Session, session_id: uuid.UUID) -> list[tuple[str, str
 
 def insert_new(session: Session, session_id: uuid.UUID, rows: Sequence[tuple[str, str, int, float]]) -> int:
     """Insert rows whose ``(task, system, trial)`` is not stored yet; concurrent inserts of
-    the same key wait for each other and the later one does nothing. Returns rows added."""
+    the same key wait for each other and the later one does nothing. Rows go in key order, so
+    two overlapping appends take their index locks in the same order (in request order they
+    could deadlock on Postgres). Returns rows added."""
     if not rows:
         return 0
+    rows = sorted(rows, key=lambda r: (r[1], r[0], r[2]))
     dialect = session.get_bind().dialect.name
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
     stmt = insert(LiveObservation).values(
