@@ -7,6 +7,7 @@ import json
 import math
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from threading import Lock
 from typing import Any
 
@@ -198,7 +199,20 @@ def delete(session: Session, dataset_id: uuid.UUID, *, with_replays: bool) -> li
     replays_repo.delete_replays(session, deleted)
     repository.delete(session, dataset)
     _cache_drop(dataset_id)
+    for forget in _ON_DELETE:
+        forget(dataset_id)
     return deleted
+
+
+_ON_DELETE: list[Callable[[uuid.UUID], None]] = []
+
+
+def on_delete(forget: Callable[[uuid.UUID], None]) -> None:
+    """Register a function that drops what a module keeps in memory about a dataset. Datasets
+    never change, so deletion is the only event such caches must hear of; this keeps the
+    dependency pointing from those modules to this one. (Another process learns of it only
+    when its own entry is evicted: noted in the README.)"""
+    _ON_DELETE.append(forget)
 
 
 def get(session: Session, dataset_id: uuid.UUID) -> Dataset:

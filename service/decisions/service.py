@@ -127,6 +127,17 @@ def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None)
     return universe
 
 
+def _forget_dataset(dataset_id: uuid.UUID) -> None:
+    """A deleted dataset answers no more decisions from this process's caches."""
+    with _UNIVERSES_LOCK:
+        for cache in (_UNIVERSES, _CALIBRATIONS):
+            for key in [k for k in cache if k[0] == dataset_id]:
+                del cache[key]
+
+
+datasets.on_delete(_forget_dataset)
+
+
 _INLINE: OrderedDict[tuple[tuple[str, ...], tuple[str | None, ...] | None], Universe] = OrderedDict()
 
 

@@ -135,6 +135,22 @@ def test_dataset_universe_and_calibration_from_a_finished_replay(client: TestCli
     assert _field(client.post("/v1/decisions", json=both)) == "universe"
 
 
+def test_a_deleted_dataset_answers_no_more_decisions(client: TestClient) -> None:
+    """The universe and calibration of a dataset are cached per process (fast path included);
+    deleting the dataset drops them, so the next decision is a 404, not an answer from memory."""
+    content = synth_csv(seed=6)
+    ds = upload(client, content)
+    records = parse_records(content)
+    a, b = records.systems[0], records.systems[1]
+    body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b,
+            "outcomes": {a: {records.tasks[0]: 1}, b: {records.tasks[0]: 0}}}
+    for _ in range(2):  # the second answer comes from the caches
+        assert client.post("/v1/decisions", json=body).status_code == 200
+    assert client.delete(f"/v1/datasets/{ds['id']}").status_code == 200
+    gone = client.post("/v1/decisions", json=body)
+    assert gone.status_code == 404, gone.text
+
+
 def test_the_options_cache_keeps_equal_values_of_different_types_apart() -> None:
     """``live_spec`` keeps checked options by value *and* type: ``bootstrap=True`` must still
     be refused after ``bootstrap=1`` was accepted (1 == True in Python)."""
