@@ -13,8 +13,6 @@ Same determinism rules as ``figures``: the same report gives the same bytes.
 
 from __future__ import annotations
 
-import io
-import math
 from typing import Any
 
 from service.reports import figures, view
@@ -44,16 +42,7 @@ def render(report: dict[str, Any], name: str, fmt: figures.Format, config: int =
     label = view.series_label(conf, view.varying_dimensions(report), with_delta=True)
     with figures._LOCK, matplotlib.rc_context(figures._RC):
         fig = _classes(report, conf, label) if name == "classes" else _oc(report, conf, label)
-        buf = io.BytesIO()
-        if fmt == "svg":
-            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "sufficiency"})
-        else:
-            fig.savefig(buf, format="png", dpi=110, metadata={"Software": "sufficiency"})
-    return buf.getvalue()
-
-
-def _nan(v: float | None) -> float:
-    return math.nan if v is None else float(v)
+        return figures.encode(fig, fmt)
 
 
 def class_label(c: dict[str, Any]) -> str:
@@ -71,7 +60,7 @@ def _classes(report: dict[str, Any], conf: dict[str, Any], label: str) -> Any:
     for i, c in enumerate(conf.get("gap_classes", [])):
         color = figures._PALETTE[i % len(figures._PALETTE)]
         xs = [b["budget"] * 100 for b in c["budgets"]]
-        ys = [_nan(b["defer_rate"]) for b in c["budgets"]]
+        ys = [figures._nan(b["defer_rate"]) for b in c["budgets"]]
         ax.plot(
             xs, ys, color=color, linewidth=1.6, marker=".", markersize=4, label=f"{class_label(c)}: {c['pairs']} pairs"
         )
@@ -79,7 +68,7 @@ def _classes(report: dict[str, Any], conf: dict[str, Any], label: str) -> Any:
         if point is not None:
             ax.plot(
                 [point["budget"] * 100],
-                [_nan(point["defer_rate"])],
+                [figures._nan(point["defer_rate"])],
                 marker="o",
                 markersize=7,
                 color=color,
@@ -131,8 +120,8 @@ def _oc(report: dict[str, Any], conf: dict[str, Any], label: str) -> Any:
     handles, names = [], []
     for n, j in enumerate(oc_budget_indices(len(oc["budgets"]))):
         color = figures._PALETTE[n % len(figures._PALETTE)]
-        ax.plot(xs, [_nan(c["accept"][j]) for c in cls], color=color, linewidth=1.6, marker=".", markersize=5)
-        ax.plot(xs, [_nan(c["defer"][j]) for c in cls], color=color, linewidth=1.2, linestyle="--")
+        ax.plot(xs, [figures._nan(c["accept"][j]) for c in cls], color=color, linewidth=1.6, marker=".", markersize=5)
+        ax.plot(xs, [figures._nan(c["defer"][j]) for c in cls], color=color, linewidth=1.2, linestyle="--")
         handles.append(Line2D([], [], color=color, linewidth=1.6))
         names.append(f"budget {oc['budgets'][j] * 100:g} %")
     for style, what in (("-", "P(accept)"), ("--", "P(defer)")):

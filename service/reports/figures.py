@@ -100,12 +100,17 @@ def render(report: dict[str, Any], name: str, fmt: Format, deltas: list[float] |
     import matplotlib
 
     with _LOCK, matplotlib.rc_context(_RC):
-        fig = _draw(report, FIGURES[name], deltas)
-        buf = io.BytesIO()
-        if fmt == "svg":
-            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "sufficiency"})
-        else:
-            fig.savefig(buf, format="png", dpi=110, metadata={"Software": "sufficiency"})
+        return encode(_draw(report, FIGURES[name], deltas), fmt)
+
+
+def encode(fig: Any, fmt: Format) -> bytes:
+    """A drawn figure as bytes without a timestamp, so the same report gives the same bytes
+    (call under ``_LOCK`` and ``_RC``, like the drawing)."""
+    buf = io.BytesIO()
+    if fmt == "svg":
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "sufficiency"})
+    else:
+        fig.savefig(buf, format="png", dpi=110, metadata={"Software": "sufficiency"})
     return buf.getvalue()
 
 
