@@ -1,6 +1,6 @@
 """Sessions: the spending function of a fixed-sample rule's checkpoints (SPEC §4.4)
 
-Revision ID: 0005_i11
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-01 11:00:00
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_i11"
+revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

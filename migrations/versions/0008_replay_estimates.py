@@ -1,7 +1,7 @@
 """Replays: case count, cost kind and the run time estimated at submission (service.replays.estimate)
 
-Revision ID: 0005_i17
-Revises: 0005_i16
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01 11:10:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_i17"
-down_revision: str | None = "0005_i16"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

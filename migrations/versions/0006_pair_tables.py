@@ -1,7 +1,7 @@
 """Per-pair tables of finished replays, stored apart from the report and served by page
 
-Revision ID: 0005_i13
-Revises: 0005_i11
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01 11:00:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_i13"
-down_revision: str | None = "0005_i11"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """Placements: a new entry measured live against a stored board, and its observations
 
-Revision ID: 0005_i16
-Revises: 0005_i13
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01 11:40:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_i16"
-down_revision: str | None = "0005_i13"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
