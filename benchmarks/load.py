@@ -261,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = round(kinds["decision"]["throughput_rps"] / health_rps, 3)
     cpu_us = {"healthz": round(1e6 * (cpu[0] + cpu[2]) / (2 * args.decisions)),
               "mixed": round(1e6 * cpu[1] / len(done))}
-    print(f"uvicorn --workers {args.workers} on 127.0.0.1, Postgres, Redis, auth required; {args.concurrency} "
-          f"connections over {args.clients} client process(es); {wall:.1f} s")
+    print(f"sufficiency serve --workers {args.workers} on 127.0.0.1, Postgres, Redis, auth required; "
+          f"{args.concurrency} connections over {args.clients} client process(es); {wall:.1f} s")
     print(f"{'kind':10} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'errors':>6}")
     for k, r in (*kinds.items(), ("all", total)):
