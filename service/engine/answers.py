@@ -26,15 +26,10 @@ from scipy import stats
 
 from service.engine import rules as R
 from service.engine.betting import betting_paths, confidence_sequence
+from service.engine.numbers import clean as _clean
 from service.engine.schedule import scheduled_paths
 
 FORECAST_PATHS = 100
-
-
-def _clean(x: float | None) -> float | None:
-    if x is None or not math.isfinite(x):
-        return None
-    return float(f"{x:.12g}")
 
 
 def interval(rule: str, d: np.ndarray, n: int, a: float, lattice: int | None) -> dict[str, object] | None:

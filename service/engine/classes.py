@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from service.engine.errors import FieldError
+from service.engine.numbers import clean as _clean
 
 DEFAULT_EDGES = (0.0, 1.0, 2.0, 5.0, 10.0, 100.0)
 MAX_EDGES = 41
@@ -111,10 +112,6 @@ def gap_classes(
             }
         )
     return out, int((appl & (idx < 0)).sum())
-
-
-def _clean(x: float) -> float:
-    return float(f"{x:.12g}")
 
 
 def operating_characteristic(

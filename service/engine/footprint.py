@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from service.engine.betting import _BLOCK as BETTING_BLOCK
 from service.engine.records import group_labels
-from service.engine.replay import BLOCK_ELEMENTS, PAIR_BLOCK_CASES, Plan
+from service.engine.replay import BLOCK_ELEMENTS, PAIR_BLOCK_CASES, Plan, _config_groups
 from service.engine.spec import ANYTIME_RULES
 
 ORDER_CACHE_ENTRIES = 65
@@ -67,7 +67,7 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
     obs = 0
     if kinds - {"neyman"}:  # neyman sums through prefix sums instead
         obs = (1 + 4 + 8) * n * reps * n_j + 8 * reps * n
-        if len(_shared_orders(plan)) > 1:  # the next order's matrix is built while the last one is alive
+        if len(_config_groups(plan)) > 1:  # the next order's matrix is built while the last one is alive
             obs *= 2
     # the coverage counts of a floor: [G, R, J] float64 through the summer
     obs += 8 * max(groups.values(), default=1) * reps * n_j
@@ -121,15 +121,6 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
         neyman = 2 * 8 * per_block * reps * (n + 1)  # x[:, within] and its prefix sums
     results = (4 * 4 + 8 + 8) * pairs * n_c * n_s * n_j
     return Footprint(obs, orders, blocks, anytime, neyman, results)
-
-
-def _shared_orders(plan: Plan) -> set[tuple]:
-    """Configurations sharing one order (one observation matrix), as ``_config_groups``."""
-    keys = set()
-    for c in plan.configs:
-        kind = c.policy.order
-        keys.add((kind, c.group, c.floor) if kind in ("stratified", "neyman") else (kind,))
-    return keys
 
 
 def _n_groups(plan: Plan, group: str | None) -> int:

@@ -45,10 +45,10 @@ from service.engine.anytime import anytime_path
 from service.engine.betting import betting_paths, betting_statistic
 from service.engine.coverage import FLOORS, budget_k, required
 from service.engine.errors import FieldError
+from service.engine.numbers import clean as _clean
 from service.engine.orders import stratified_orders
 from service.engine.spec import ANYTIME_RULES, DEFAULT_BUDGETS, RULES
 
-FIXED_SAMPLE_RULES = tuple(r for r in RULES if r not in ANYTIME_RULES)
 DEFAULT_LIVE_BUDGETS: tuple[float, ...] = (*DEFAULT_BUDGETS, 1.0)
 REASONS = ("decided", "coverage_unmet", "coverage_infeasible", "insufficient_evidence")
 DECISIONS = {R.ACCEPT: "accept", R.REJECT: "reject", R.DEFER: "defer"}
@@ -381,12 +381,6 @@ def _lattice(observed: Observed) -> int | None:
     if np.array_equal(values, np.round(values)):  # 0/1 outcomes: the common case, no search
         return 1
     return R.find_lattice(values)
-
-
-def _clean(x: float | None) -> float | None:
-    if x is None or not math.isfinite(x):
-        return None
-    return float(f"{x:.12g}")
 
 
 def _coverage_path(labels: np.ndarray, n_g: np.ndarray, floor: str, k: int) -> np.ndarray:

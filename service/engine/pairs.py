@@ -15,12 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.engine.numbers import clean as _clean
+
 PAIR_SORTS = ("pair", "abs_delta", "delta", "defer", "a", "b")
 """``pair``: the report's order; ``defer``: the unresolved share at the largest budget."""
-
-
-def _clean(x: float) -> float:
-    return float(f"{x:.12g}")  # as the report's numbers (replay._clean)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import numpy as np
 from service.engine import rules as R
 from service.engine.coverage import required
 from service.engine.live import LiveError, LiveSpec, Observed, Universe, _coverage_path, next_tasks, rule_verdict
+from service.engine.numbers import clean
 from service.engine.orders import stratified_orders
 
 CORRECTIONS = ("holm", "bonferroni")
@@ -224,7 +225,7 @@ def placement_state(
                 board_score=float(scores[j]),
                 n_common=int(obs[j].sum()),
                 k=len(pos),
-                mean_difference=None if m is None else float(f"{m:.12g}"),
+                mean_difference=clean(m),
                 decision=names[int(dec[j])],
                 level=float(levels[j]),
                 stopped_at=int(stop[j]) or None,

@@ -34,6 +34,7 @@ from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
 from service.engine.errors import FieldError
 from service.engine.lattice import bootstrap_decisions
+from service.engine.numbers import clean as _clean
 from service.engine.orders import (
     cost_ascending_orders,
     grouped_shuffles,
@@ -774,10 +775,6 @@ def _scheduled(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, 
 
 def _rate(num: float, den: float) -> float | None:
     return None if den == 0 else _clean(num / den)
-
-
-def _clean(x: float) -> float:
-    return float(f"{x:.12g}")
 
 
 METRICS = ("false_accept_rate", "false_reject_rate", "decision_error", "defer_rate", "coverage_failure",

@@ -36,7 +36,6 @@ from service.engine.errors import FieldError
 
 SPENDINGS = ("obrien_fleming", "pocock", "none")
 DEFAULT_SPENDING = "obrien_fleming"
-SCHEDULED_RULES = ("bootstrap", "paired_normal", "mcnemar", "serfling")
 GUARD = (
     "At a checkpoint the bootstrap and paired-normal tails are taken over the k observed tasks plus one "
     "guard task at the far end of the range, against the conclusion in view (d = -1 against an accept, "
