@@ -228,13 +228,14 @@ def test_dataset_decisions_reuse_calibration_for_its_ttl_and_take_the_fast_path(
     this process drops them at once, see above); a change made elsewhere shows after the TTL.
     Once cached, the fast path answers with the route's bytes."""
     import time
+    from types import SimpleNamespace
 
     from service.decisions import service
     from service.main import create_app
     from service.replays.models import MetricRow
     from tests.service.conftest import make_settings
 
-    settings = make_settings(**backend, calibration_cache_seconds=1.0)
+    settings = make_settings(**backend, calibration_cache_seconds=60.0)
     with TestClient(create_app(settings)) as client:
         content = synth_csv(seed=41)
         ds = upload(client, content)
@@ -263,5 +264,6 @@ def test_dataset_decisions_reuse_calibration_for_its_ttl_and_take_the_fast_path(
         with client.app.state.sessionmaker.begin() as session:  # as if another process changed the rows
             session.query(MetricRow).delete()
         assert client.post("/v1/decisions", json=body).json()["calibration"] is not None  # within the TTL
-        time.sleep(1.1)
+        later = time.monotonic() + 61  # past the TTL, without sleeping (a loaded runner may be slow)
+        monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: later))
         assert client.post("/v1/decisions", json=body).json()["calibration"] is None
