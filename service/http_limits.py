@@ -44,19 +44,6 @@ def _limits() -> tuple[int, float]:
     return settings.max_header_bytes, settings.header_timeout_seconds
 
 
-def configure(settings: Settings) -> None:
-    """Use ``settings`` instead of the environment (tests serving an app in a thread)."""
-    _limits.cache_clear()
-    _OVERRIDE[:] = [(settings.max_header_bytes, settings.header_timeout_seconds)]
-
-
-_OVERRIDE: list[tuple[int, float]] = []
-
-
-def _current() -> tuple[int, float]:
-    return _OVERRIDE[0] if _OVERRIDE else _limits()
-
-
 if HttpToolsProtocol is not None:
 
     class BoundedHttpTools(HttpToolsProtocol):  # type: ignore[misc,valid-type]
@@ -68,7 +55,7 @@ if HttpToolsProtocol is not None:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._max_bytes, self._timeout = _current()
+            self._max_bytes, self._timeout = _limits()
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -141,4 +128,4 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-__all__ = ["BoundedHttpTools", "configure", "uvicorn_options"]
+__all__ = ["BoundedHttpTools", "uvicorn_options"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.config import Settings
 from service.engine.records import RecordLimits
-from service.errors import PayloadTooLarge, Unprocessable
+from service.errors import Unprocessable
 
 if TYPE_CHECKING:
     from service.engine.replay import Plan
@@ -27,8 +27,6 @@ GROUP_KEY_MAX = 200
 """``metric_rows.grouping`` and ``live_sessions.grouping``."""
 TASK_ID_MAX = 500
 """``live_observations.task_id``."""
-SYSTEM_NAME_MAX = 200
-"""``live_sessions.system_a`` / ``system_b``."""
 
 
 def refuse(field: str, message: str) -> Unprocessable:
@@ -42,10 +40,6 @@ def record_limits(settings: Settings) -> RecordLimits:
         max_cells=settings.max_systems_x_tasks,
         max_columns=settings.max_upload_columns,
     )
-
-
-def too_large(message: str) -> PayloadTooLarge:
-    return PayloadTooLarge(message)
 
 
 # ------------------------------------------------------------------------- replays
@@ -210,13 +204,10 @@ def check_decision(body: Any, settings: Settings) -> int:
     return work
 
 
-def check_loaded_universe(n_tasks: int, n_groups: int, body: Any, settings: Settings, n_obs: int | None = None) -> None:
-    """The same limits for a universe taken from a dataset (or a session's, with every task
-    observed: ``n_obs`` defaults to the request's observations)."""
+def check_loaded_universe(n_tasks: int, n_groups: int, body: Any, settings: Settings) -> None:
+    """The same limits for a universe taken from a dataset."""
     check_universe(n_tasks, settings, field="dataset_id")
-    n_obs = (
-        n_observations(getattr(body, "observations", None), getattr(body, "outcomes", None)) if n_obs is None else n_obs
-    )
+    n_obs = n_observations(getattr(body, "observations", None), getattr(body, "outcomes", None))
     work = decision_work(
         n_tasks=n_tasks,
         n_observations=n_obs,

@@ -164,7 +164,7 @@ def append(session: Session, placement_id: uuid.UUID, body: PlacementObservation
     """Store new outcomes; the same (task, trial) again with the same outcome is a no-op, with
     another outcome a 409; any error stores nothing of the request (the caller rolls back)."""
     row = get(session, placement_id)
-    universe, _ = _board(session, row.dataset_id, row.grouping)
+    universe = decisions.dataset_universe(session, row.dataset_id, row.grouping)  # the board is read by state()
     posted: dict[tuple[str, int], tuple[int, float]] = {}
     conflicts: list[dict[str, Any]] = []
     for i, o in enumerate(body.observations):
