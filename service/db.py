@@ -8,12 +8,14 @@ foreign keys on, a busy timeout, and writers that take the write lock up front
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -109,6 +111,19 @@ def transaction(factory: sessionmaker[Session], *, write: bool = True) -> Iterat
         except BaseException:
             session.rollback()
             raise
+
+
+def insert_new_rows(session: Session, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]) -> int:
+    """Insert the rows whose ``key`` is not stored yet (``ON CONFLICT DO NOTHING`` on both
+    backends) and return how many were added. Concurrent inserts of one key wait for each
+    other and the later does nothing. Rows go in key order, so two overlapping requests take
+    their index locks in the same order (in request order they could deadlock on Postgres)."""
+    if not rows:
+        return 0
+    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    ordered = sorted(rows, key=lambda r: tuple(r[c] for c in key))
+    stmt = insert(model).values(ordered).on_conflict_do_nothing(index_elements=list(key))
+    return len(session.execute(stmt.returning(*model.__table__.primary_key.columns)).all())
 
 
 def run_migrations(url: str, migrations_dir: Path, revision: str = "head") -> None:

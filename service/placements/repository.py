@@ -6,10 +6,9 @@ import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from service.db import insert_new_rows
 from service.placements.models import Placement, PlacementObservation
 
 
@@ -34,16 +33,6 @@ def observations(session: Session, placement_id: uuid.UUID) -> list[tuple[str, i
 
 
 def insert_new(session: Session, placement_id: uuid.UUID, rows: Sequence[tuple[str, int, float]]) -> int:
-    """Insert rows whose ``(task, trial)`` is not stored yet (a concurrent insert of the same
-    key waits and then does nothing). Key order, as for sessions: overlapping appends lock alike.
-    Returns the rows added."""
-    if not rows:
-        return 0
-    rows = sorted(rows, key=lambda r: (r[0], r[1]))
-    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    stmt = (
-        insert(PlacementObservation)
-        .values([{"placement_id": placement_id, "task_id": t, "trial": tr, "outcome": o} for t, tr, o in rows])
-        .on_conflict_do_nothing(index_elements=["placement_id", "task_id", "trial"])
-    )
-    return len(session.execute(stmt.returning(PlacementObservation.id)).all())
+    """Insert the ``(task, trial, outcome)`` rows whose key is not stored yet; returns rows added."""
+    values = [{"placement_id": placement_id, "task_id": t, "trial": tr, "outcome": o} for t, tr, o in rows]
+    return insert_new_rows(session, PlacementObservation, values, ("placement_id", "task_id", "trial"))

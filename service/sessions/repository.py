@@ -6,10 +6,9 @@ import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from service.db import insert_new_rows
 from service.sessions.models import LiveObservation, LiveSession
 
 
@@ -34,16 +33,6 @@ def observations(session: Session, session_id: uuid.UUID) -> list[tuple[str, str
 
 
 def insert_new(session: Session, session_id: uuid.UUID, rows: Sequence[tuple[str, str, int, float]]) -> int:
-    """Insert rows whose ``(task, system, trial)`` is not stored yet; concurrent inserts of
-    the same key wait for each other and the later one does nothing. Rows go in key order, so
-    two overlapping appends take their index locks in the same order (in request order they
-    could deadlock on Postgres). Returns rows added."""
-    if not rows:
-        return 0
-    rows = sorted(rows, key=lambda r: (r[1], r[0], r[2]))
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = insert(LiveObservation).values(
-        [{"session_id": session_id, "system": s, "task_id": t, "trial": tr, "outcome": o} for s, t, tr, o in rows]
-    ).on_conflict_do_nothing(index_elements=["session_id", "task_id", "system", "trial"])
-    return len(session.execute(stmt.returning(LiveObservation.id)).all())
+    """Insert the ``(system, task, trial, outcome)`` rows whose key is not stored yet; returns rows added."""
+    values = [{"session_id": session_id, "system": s, "task_id": t, "trial": tr, "outcome": o} for s, t, tr, o in rows]
+    return insert_new_rows(session, LiveObservation, values, ("session_id", "task_id", "system", "trial"))
