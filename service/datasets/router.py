@@ -221,7 +221,7 @@ def create_dataset(
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     read = DatasetRead.model_validate(dataset)
     if not created:
-        fmt = upload.fmt or ("jsonl" if upload.content.lstrip()[:1] == b"{" else "csv")
+        fmt = service.upload_format(upload.content, upload.fmt)
         read = read.model_copy(update={"notice": service.duplicate_notice(dataset, upload.name, fmt)})
     return read
 

@@ -104,6 +104,11 @@ def default_name(session: Session, filename: str | None, digest: str) -> str:
     return f"{stem or 'dataset'}-{digest[:8]}"
 
 
+def upload_format(content: bytes, fmt: str | None) -> str:
+    """The declared format, else JSONL when the body starts with an object, else CSV."""
+    return fmt or ("jsonl" if content.lstrip()[:1] == b"{" else "csv")
+
+
 def create(
     session: Session, *, name: str | None, content: bytes, fmt: str | None, limits: RecordLimits | None = None,
     filename: str | None = None, parse_process_bytes: int = 2**62,
@@ -126,7 +131,7 @@ def create(
     )
     if existing is not None:
         return existing, False
-    fmt = fmt or ("jsonl" if content.lstrip()[:1] == b"{" else "csv")
+    fmt = upload_format(content, fmt)
     dataset = Dataset(
         id=uuid.uuid4(),
         name=(name or "").strip()[:NAME_MAX] or default_name(session, filename, digest),

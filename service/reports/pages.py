@@ -232,7 +232,7 @@ def upload_dataset(
     except ServiceError as exc:
         return _index(session, status_code=exc.status_code, errors=_problems(exc.detail))
     if not created:  # say which stored dataset it is, and that a new name was not applied
-        fmt = upload.fmt or ("jsonl" if upload.content.lstrip()[:1] == b"{" else "csv")
+        fmt = datasets.upload_format(upload.content, upload.fmt)
         notice = datasets.duplicate_notice(dataset, upload.name, fmt)
         return _index(session, notice=notice[0].upper() + notice[1:] + ".", selected=str(dataset.id))
     return RedirectResponse(f"/?dataset={dataset.id}#replay-form", status_code=303)
