@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.engine import classes, diagnostics  # noqa: E402
+from service.engine import classes, diagnostics, metrics  # noqa: E402
 from service.engine import replay as engine  # noqa: E402
 from service.engine.records import load_records  # noqa: E402
 from service.engine.report import report_json  # noqa: E402
@@ -31,15 +31,15 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "swebench_lite" / "records.csv"
 
 @contextmanager
 def without_additions():
-    saved = (classes.gap_classes, engine._operating_characteristic, diagnostics.configuration, diagnostics.report)
+    saved = (classes.gap_classes, metrics._operating_characteristic, diagnostics.configuration, diagnostics.report)
     classes.gap_classes = lambda *a, **k: ([], 0)
-    engine._operating_characteristic = lambda *a, **k: {}
+    metrics._operating_characteristic = lambda *a, **k: {}
     diagnostics.configuration = lambda *a, **k: []
     diagnostics.report = lambda *a, **k: []
     try:
         yield
     finally:
-        (classes.gap_classes, engine._operating_characteristic, diagnostics.configuration, diagnostics.report) = saved
+        (classes.gap_classes, metrics._operating_characteristic, diagnostics.configuration, diagnostics.report) = saved
 
 
 def timed(records, spec) -> tuple[float, float, int]:

@@ -14,8 +14,8 @@ import numpy as np
 
 from service.engine.coverage import required
 
-if TYPE_CHECKING:  # the plan's type only; replay imports this module
-    from service.engine.replay import Config, Plan
+if TYPE_CHECKING:  # the plan's type only; metrics imports this module
+    from service.engine.plan import Config, Plan
 
 FEW_CASES = 30
 """A rate whose support (cases in its denominator) is under this is flagged ``few_cases``."""

@@ -3,7 +3,7 @@
 The case count (pairs x orders x budgets x configurations x seeds) bounds time, not memory:
 ``run_chunk`` holds arrays whose shape is tasks x orders x budgets whatever the number of
 pairs, so two systems with 1,000 tasks and 100,000 orders (3.8 M cases) asked for 7.6 GB.
-This module mirrors the engine's allocations term by term (``replay.py``: the observation
+This module mirrors the engine's allocations term by term (``chunk.py``: the observation
 matrix of a shared order, the cached orders, the blocks of pairs decided together, the
 anytime paths, neyman's prefix sums) so the service can refuse such a replay at submission.
 A test runs chunks under ``tracemalloc`` and checks the estimate stays above the measured
@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.engine.betting import _BLOCK as BETTING_BLOCK
+from service.engine.chunk import BLOCK_ELEMENTS, PAIR_BLOCK_CASES
+from service.engine.plan import Plan, config_groups
 from service.engine.records import group_labels
-from service.engine.replay import BLOCK_ELEMENTS, PAIR_BLOCK_CASES, Plan, _config_groups
 from service.engine.spec import ANYTIME_RULES
 
 ORDER_CACHE_ENTRIES = 65
@@ -67,7 +68,7 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
     obs = 0
     if kinds - {"neyman"}:  # neyman sums through prefix sums instead
         obs = (1 + 4 + 8) * n * reps * n_j + 8 * reps * n
-        if len(_config_groups(plan)) > 1:  # the next order's matrix is built while the last one is alive
+        if len(config_groups(plan)) > 1:  # the next order's matrix is built while the last one is alive
             obs *= 2
     # the coverage counts of a floor: [G, R, J] float64 through the summer
     obs += 8 * max(groups.values(), default=1) * reps * n_j

@@ -10,7 +10,7 @@ import io
 import json
 
 from service.engine import csvsafe
-from service.engine.replay import METRICS
+from service.engine.metrics import METRICS
 
 BUDGET_FIELDS = ("budget", "k_mean", "cases", "n_positive", "n_negative", "accept", "reject", "defer",
                  *METRICS, "mean_tasks_used", "sufficient", "misses")

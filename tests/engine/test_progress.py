@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from service import examples
+from service.engine.chunk import PAIR_BLOCK_CASES
 from service.engine.records import load_records
-from service.engine.replay import PAIR_BLOCK_CASES, plan_replay, run_chunk, total_cases
+from service.engine.replay import plan_replay, run_chunk, total_cases
 from service.engine.spec import make_spec
 
 

@@ -1,0 +1,450 @@
+"""Replaying a slice of pairs (SPEC §2–§4), fast: ``run_chunk`` and its kernels.
+
+A *case* is (pair, sampled order, budget); a replay has millions of them. The engine never
+visits a case alone:
+
+* pairs sharing a task set ``T`` share each sampled order (``plan.py`` draws them);
+* for an order, "observed at budget k" is a 0/1 matrix ``[N, R·J]``; prefix sums of the
+  lattice-valued differences for all pairs are then one matrix product;
+* each rule is a closed form of those sums (``rules.py``); the bootstrap with ``B``
+  resamples uses its exact tail and one uniform per case (the count of resamples at or
+  below θ is exactly ``Binomial(B, p)``).
+
+A chunk's result is tallies per (pair, configuration, seed, budget); ``metrics.py`` merges
+them into the report.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.engine import rules as R
+from service.engine import schedule
+from service.engine.betting import betting_paths
+from service.engine.coverage import budget_k, required
+from service.engine.lattice import bootstrap_decisions
+from service.engine.plan import STREAM, Config, Plan, config_groups
+from service.engine.spec import ANYTIME_RULES, SpecError
+
+Progress = Callable[[int], None]
+BLOCK_ELEMENTS = 6_000_000
+"""Upper bound on pairs × orders × steps held at once (memory stays well under 1 GB)."""
+
+PAIR_BLOCK_CASES = 2_000_000
+"""Cases (pairs × orders × budgets) decided together for a shared order."""
+
+
+@dataclass
+class ChunkResult:
+    """Per (pair, configuration, seed, budget) tallies over the ``R`` orders."""
+
+    start: int
+    stop: int
+    accept: np.ndarray  # int32 [P, C, S, J]
+    reject: np.ndarray
+    defer: np.ndarray
+    coverage_fail: np.ndarray
+    cost_sum: np.ndarray  # float64, Σ over orders of A's cost fraction (NaN when unknown)
+    used_sum: np.ndarray  # int64, Σ over orders of tasks used (anytime: min(stop, k))
+
+    FIELDS = ("accept", "reject", "defer", "coverage_fail", "cost_sum", "used_sum")
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        np.savez_compressed(buf, start=self.start, stop=self.stop, **{f: getattr(self, f) for f in self.FIELDS})
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ChunkResult:
+        with np.load(io.BytesIO(data)) as z:
+            return cls(int(z["start"]), int(z["stop"]), *(z[f] for f in cls.FIELDS))
+
+
+def _obs_matrix(order: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """``[N, R·J]`` float32: task at position t is observed by order r at budget j."""
+    rank = np.empty_like(order)
+    reps, n = order.shape
+    rank[np.arange(reps)[:, None], order] = np.arange(n)[None, :]
+    obs = rank.T[:, :, None] < ks[None, None, :]
+    return obs.reshape(n, -1).astype(np.float32)
+
+
+def run_chunk(plan: Plan, start: int, stop: int, progress: Progress | None = None) -> ChunkResult:
+    """Replay pairs ``[start, stop)`` for every configuration, seed and budget."""
+    if not 0 <= start <= stop <= plan.n_pairs:
+        raise ValueError(f"chunk [{start}, {stop}) outside [0, {plan.n_pairs})")
+    n_p, n_c, n_s, n_j = stop - start, len(plan.configs), plan.spec.seeds, len(plan.spec.budgets)
+    shape = (n_p, n_c, n_s, n_j)
+    out = ChunkResult(
+        start, stop,
+        *(np.zeros(shape, dtype=np.int32) for _ in range(4)),
+        np.zeros(shape, dtype=np.float64),
+        np.zeros(shape, dtype=np.int64),
+    )
+    pairs = np.arange(start, stop)
+    for ts_id in np.unique(plan.pair_ts[pairs]):
+        members = pairs[plan.pair_ts[pairs] == ts_id]
+        for s in range(n_s):
+            _replay_taskset(plan, int(ts_id), members, s, out, progress)
+    return out
+
+
+
+
+Summer = Callable[[np.ndarray], np.ndarray]
+"""Maps per-task values ``X [P, N]`` to their sums over each case's observed tasks ``[P, R, J]``."""
+
+
+def _matrix_summer(order: np.ndarray, ks: np.ndarray) -> Summer:
+    """Sums through one matrix product with the observation matrix of a shared order."""
+    obs32 = _obs_matrix(order, ks)
+    obs64: list[np.ndarray] = []
+    reps, n_j = order.shape[0], len(ks)
+
+    def summer(x: np.ndarray) -> np.ndarray:
+        if x.dtype == np.float64:  # costs and non-lattice values keep full precision
+            if not obs64:
+                obs64.append(obs32.astype(np.float64))
+            return (x @ obs64[0]).reshape(len(x), reps, n_j)
+        return (x.astype(np.float32) @ obs32).astype(np.float64).reshape(len(x), reps, n_j)
+
+    return summer
+
+
+def _neyman_summer(within: np.ndarray, gstart: np.ndarray, alloc: np.ndarray) -> Summer:
+    """Sums for neyman draws: the first ``alloc[p, j, g]`` tasks of each group's shuffled
+    block, read off within-block prefix sums (the allocation is the pair's own)."""
+    reps, n = within.shape
+    idx = gstart[None, None, :] + alloc  # [P, J, G]
+
+    def summer(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)  # float32 lattice values sum exactly; costs stay float64
+        csum = np.zeros((len(x), reps, n + 1), dtype=x.dtype)
+        np.cumsum(x[:, within], axis=2, out=csum[:, :, 1:])
+        out = np.empty((len(x), reps, idx.shape[1]))
+        for p in range(len(x)):
+            ends = csum[p][:, idx[p]]  # [R, J, G]
+            out[p] = ends.sum(axis=2) - csum[p][:, gstart].sum(axis=1)[:, None]
+        return out
+
+    return summer
+
+
+def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: ChunkResult,
+                    progress: Progress | None) -> None:
+    ts = plan._tasksets[ts_id]
+    reps, n_j = plan.spec.orders, len(ts.ks)
+    values = np.stack([plan.pair_values(p) for p in members])  # [P, N]
+    for key, cfgs in config_groups(plan).items():
+        kind = key[0]
+        if kind == "cost_ascending":
+            for a in np.unique([plan.pairs[p][0] for p in members]):
+                sub = np.array([i for i, p in enumerate(members) if plan.pairs[p][0] == a])
+                live = [c for c in cfgs if plan.applicable[members[sub[0]], c]]
+                if not live:
+                    continue
+                cfg = plan.configs[live[0]]
+                order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, int(a))
+                _replay_order(plan, ts_id, members[sub], values[sub], order, _matrix_summer(order, ts.ks), live, s,
+                              out)
+            if progress:
+                progress(len(members) * reps * n_j * len(cfgs))
+        elif kind == "neyman":
+            cfg = plan.configs[cfgs[0]]
+            within, gstart = plan._neyman_draws(ts_id, s, cfg.group)
+            block = max(1, BLOCK_ELEMENTS // (reps * len(ts.tasks)))
+            for i in range(0, len(members), block):
+                sub = members[i : i + block]
+                alloc = np.stack([plan.neyman_alloc(int(p), cfg) for p in sub])  # [P, J, G]
+                _replay_order(plan, ts_id, sub, values[i : i + block], None, _neyman_summer(within, gstart, alloc),
+                              cfgs, s, out, neyman_counts=alloc, progress=progress)
+        else:
+            cfg = plan.configs[cfgs[0]]
+            order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, -1)
+            summer = _matrix_summer(order, ts.ks)
+            # Blocks of pairs bound memory (cases × a few arrays) and pace progress / cancellation.
+            block = max(1, PAIR_BLOCK_CASES // (reps * n_j))
+            for i in range(0, len(members), block):
+                sub = members[i : i + block]
+                _replay_order(plan, ts_id, sub, values[i : i + block], order, summer, cfgs, s, out, progress=progress)
+
+
+def _coverage_met(plan: Plan, ts_id: int, cfg: Config, summer: Summer, reps: int,
+                  counts: np.ndarray | None) -> np.ndarray:
+    """``[P or 1, R, J]``: the observed subset meets the configuration's floor (SPEC §3)."""
+    ts = plan._tasksets[ts_id]
+    lab, n_groups = plan._labels(ts_id, cfg.group)
+    n_g = np.bincount(lab, minlength=n_groups)
+    req = required(cfg.floor, ts.ks, n_g)  # [J, G]
+    feas = req.sum(axis=1) <= ts.ks
+    if counts is not None:  # neyman: the allocation [P, J, G], the same for every order
+        met = np.all(counts >= req[None], axis=2) & feas[None, :]
+        return np.broadcast_to(met[:, None, :], (len(counts), reps, len(ts.ks)))
+    onehot = np.zeros((n_groups, len(lab)), dtype=np.float32)
+    onehot[lab, np.arange(len(lab))] = 1.0
+    cnt = summer(onehot)  # [G, R, J]
+    return (np.all(cnt >= req.T[:, None, :], axis=0) & feas[None, :])[None]
+
+
+def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,
+                  summer: Summer, cfgs: Sequence[int], s: int, out: ChunkResult,
+                  neyman_counts: np.ndarray | None = None, progress: Progress | None = None) -> None:
+    """Decide the cases of ``members`` under each configuration of ``cfgs``; ``progress`` hears
+    of each configuration's cases as they are done (a chunk that is one block of pairs still
+    reports progress, and cancellation is seen, between configurations)."""
+    ts = plan._tasksets[ts_id]
+    reps, n_j = plan.spec.orders, len(ts.ks)
+    n = len(ts.tasks)
+    lat = plan.lattice
+    exact32 = lat is not None and float(lat) * lat * n < 2**24  # Σv² stays exact in float32
+    vf = values.astype(np.float32 if exact32 else np.float64)
+    ssum = summer(vf)
+    need_q = any(plan.configs[c].policy.rule in ("paired_normal", "mcnemar", "bootstrap") for c in cfgs)
+    qsum = summer(vf * vf) if need_q else None
+    k = ts.ks[None, None, :].astype(np.float64)
+    # A's cost fraction of the observed tasks
+    a_idx = np.array([plan.pairs[p][0] for p in members])
+    cost = plan.records.cost[a_idx][:, ts.tasks]
+    cost_ok = ~np.isnan(cost).any(axis=1)
+    total = np.where(cost_ok, np.nansum(cost, axis=1), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(cost_ok[:, None], np.nan_to_num(cost) / np.where(total > 0, total, 1.0)[:, None], np.nan)
+        zero_total = cost_ok & (total <= 0)
+    if cost_ok.any():
+        cost_frac = summer(np.nan_to_num(frac).astype(np.float64))
+    else:  # no complete costs in this block: nothing to sum
+        cost_frac = np.full(ssum.shape, np.nan)
+    if zero_total.any():  # all-free tasks: the observed share of cost is the share of tasks
+        cost_frac[zero_total] = (ts.ks / n)[None, :]
+    cost_frac[~cost_ok] = np.nan
+    hist_cache: dict[str, tuple] = {}
+    anytime_cache: dict[tuple, tuple] = {}
+    for c in cfgs:
+        cfg = plan.configs[c]
+        rows = members - out.start
+        appl = plan.applicable[members, c]
+        if not appl.any():
+            if progress:
+                progress(len(members) * reps * n_j)
+            continue
+        cov = _coverage_met(plan, ts_id, cfg, summer, reps, neyman_counts)  # [P or 1, R, J]
+        theta = cfg.delta / 100.0
+        rule = cfg.policy.rule
+        used = None
+        if rule in ANYTIME_RULES:
+            akey = (rule, cfg.a, cfg.policy.coverage_aware, cfg.group, cfg.floor)
+            if (akey, theta) not in anytime_cache:  # every threshold of this kind in one pass
+                thetas = sorted({plan.configs[c2].delta / 100.0 for c2 in cfgs
+                                 if plan.configs[c2].policy.rule == rule
+                                 and (rule, plan.configs[c2].a, plan.configs[c2].policy.coverage_aware,
+                                      plan.configs[c2].group, plan.configs[c2].floor) == akey})
+                for th, res in zip(thetas, _anytime(plan, ts_id, values, order, cfg, thetas), strict=True):
+                    anytime_cache[(akey, th)] = res
+            dec, used, cov_at_stop = anytime_cache[(akey, theta)]
+            covfail = (dec != 0) & ~cov_at_stop
+        elif cfg.policy.checkpoints is not None:
+            dec, used, cov_at_stop = _scheduled(plan, ts_id, members, values, order, cfg, c, s)
+            covfail = (dec != 0) & ~cov_at_stop
+        else:
+            if rule == "forced":
+                dec = R.forced(ssum, k, theta, lat)
+            elif rule == "paired_normal":
+                dec = R.paired_normal(ssum, qsum, k, theta, cfg.a, lat)
+            elif rule == "mcnemar":
+                dec = R.mcnemar((qsum + ssum) / 2, (qsum - ssum) / 2, cfg.a)
+            elif rule == "serfling":
+                dec = R.serfling(ssum, k, n, theta, cfg.a, lat)
+            elif rule == "bootstrap" and not plan.fft_bootstrap:
+                dec = _bootstrap_literal(plan, ts_id, members, values, order, c, s, theta)
+            elif rule == "bootstrap" and not set(np.unique(values).tolist()) <= {-1, 0, 1}:
+                u = None if cfg.bootstrap == "exact" else np.stack([
+                    plan._rng(s, STREAM["bootstrap"], *plan.pairs[p], c).random((reps, n_j)) for p in members
+                ])
+                dec = bootstrap_decisions(values, summer, ssum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u, hist_cache)
+            elif rule == "bootstrap":
+                p_low, pos, inv = _bootstrap_tail(values, summer, ssum, qsum, ts.ks, theta, lat, hist_cache)
+                if cfg.bootstrap == "exact":
+                    dec = R.bootstrap_from_tail(p_low, pos, cfg.a, "exact")[inv]
+                else:
+                    q = R.bootstrap_conclude_prob(p_low, pos, cfg.a, int(cfg.bootstrap))[inv]
+                    u = np.stack([
+                        plan._rng(s, STREAM["bootstrap"], *plan.pairs[p], c).random((reps, n_j)) for p in members
+                    ])
+                    dec = np.where(u < q, np.where(pos[inv], R.ACCEPT, R.REJECT), R.DEFER).astype(np.int8)
+            else:
+                raise ValueError(rule)
+            if cfg.policy.coverage_aware:
+                dec = np.where(cov, dec, R.DEFER)
+            covfail = (dec != 0) & ~cov
+        sel = rows[appl]
+        dec = dec[appl]
+        out.accept[sel, c, s] = (dec == R.ACCEPT).sum(axis=1)
+        out.reject[sel, c, s] = (dec == R.REJECT).sum(axis=1)
+        out.defer[sel, c, s] = (dec == R.DEFER).sum(axis=1)
+        out.coverage_fail[sel, c, s] = np.broadcast_to(covfail, (len(members), reps, n_j))[appl].sum(axis=1)
+        out.cost_sum[sel, c, s] = cost_frac[appl].sum(axis=1)
+        out.used_sum[sel, c, s] = (used[appl] if used is not None else np.broadcast_to(ts.ks, dec.shape)).sum(axis=1)
+        if progress:
+            progress(len(members) * reps * n_j)
+
+
+def _bootstrap_literal(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,
+                       c: int, s: int, theta: float) -> np.ndarray:
+    """``B`` literal resamples per case, for outcomes off a small lattice (slow, exact in law)."""
+    ts = plan._tasksets[ts_id]
+    cfg = plan.configs[c]
+    reps, big_b = plan.spec.orders, int(cfg.bootstrap)
+    lat = plan.lattice
+    dec = np.zeros((len(members), reps, len(ts.ks)), dtype=np.int8)
+    for i, p in enumerate(members):
+        rng = plan._rng(s, STREAM["bootstrap"], *plan.pairs[p], c)
+        v = values[i]
+        for j, k in enumerate(ts.ks):
+            k = int(k)
+            pos = order[:, :k] if order is not None else plan.case_observed(int(p), s, c, j)
+            obs = v[pos]  # [R, k]
+            positive = R.above(obs.sum(axis=1).astype(np.float64), k, theta, lat)
+            low = np.zeros(reps, dtype=np.int64)
+            step = max(1, 4_000_000 // (big_b * k))
+            for r0 in range(0, reps, step):
+                draws = rng.integers(0, k, size=(min(step, reps - r0), big_b, k))
+                sums = np.take_along_axis(obs[r0 : r0 + step, None, :], draws, axis=2).sum(axis=2)
+                low[r0 : r0 + step] = (~R.above(sums.astype(np.float64), k, theta, lat)).sum(axis=1)
+            c_max = math.floor(cfg.a * big_b + 1e-9)
+            acc = positive & (low <= c_max)
+            rej = ~positive & (big_b - low <= c_max)
+            dec[i, :, j] = np.where(acc, R.ACCEPT, np.where(rej, R.REJECT, R.DEFER))
+    return dec
+
+
+def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray,
+                    theta: float, lat: int, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact resampling tails ``P(m* <= θ)`` per distinct observed sample.
+
+    Returns ``(p_low, pos, inverse)``: tail and ``m > θ`` per distinct (k, histogram), and
+    each case's index into them. A replay repeats the same few thousand samples millions
+    of times, so every tail is computed once.
+    """
+    key = f"{theta!r}"
+    if key in cache:
+        return cache[key]
+    p_n, reps, n_j = ssum.shape
+    jj = np.broadcast_to(np.arange(n_j)[None, None, :], ssum.shape)
+    vals = np.unique(values)
+    if set(vals.tolist()) <= {-1, 0, 1}:
+        n_plus = np.rint((qsum + ssum) / 2).astype(np.int64)
+        n_minus = np.rint((qsum - ssum) / 2).astype(np.int64)
+        kmax = int(ks.max()) + 1
+        code = (jj * kmax + n_plus) * kmax + n_minus
+        present = np.bincount(code.ravel(), minlength=n_j * kmax * kmax) > 0
+        uniq = np.flatnonzero(present)
+        lookup = np.cumsum(present) - 1
+        inv = lookup[code]
+        uj, rest = np.divmod(uniq, kmax * kmax)
+        un_plus, un_minus = np.divmod(rest, kmax)
+        uk = ks[uj]
+        p_low = R.tail_binary(uk, un_plus, un_minus, R.bootstrap_threshold(theta, uk, lat))
+        pos = R.above((un_plus - un_minus).astype(np.float64), uk.astype(np.float64), theta, lat)
+    else:
+        hist = np.stack([summer((values == v).astype(np.float32)) for v in vals], axis=-1)  # [P, R, J, V]
+        hist = np.rint(hist).astype(np.int32)
+        rows = np.concatenate([hist, jj[..., None].astype(np.int32)], axis=-1).reshape(-1, len(vals) + 1)
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        inv = inv.reshape(ssum.shape)
+        uk = ks[uniq[:, -1]]
+        p_low = R.tail_lattice(uniq[:, :-1], vals, R.bootstrap_threshold(theta, uk, lat))
+        s_u = (uniq[:, :-1].astype(np.int64) * vals[None, :]).sum(axis=1)
+        pos = R.above(s_u.astype(np.float64), uk.astype(np.float64), theta, lat)
+    cache[key] = (p_low, pos, inv)
+    return cache[key]
+
+
+def _anytime(plan: Plan, ts_id: int, values: np.ndarray, order: np.ndarray | None, cfg: Config,
+             thetas: Sequence[float]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per threshold: decisions, tasks used and coverage-at-stop ``[P, R, J]`` (anytime rule)."""
+    ts = plan._tasksets[ts_id]
+    if order is None:
+        raise SpecError("policies", "the anytime rule needs a single task order (not neyman)")
+    reps, n = order.shape
+    kmax = int(ts.ks.max())
+    lab, n_groups = plan._labels(ts_id, cfg.group)
+    n_g = np.bincount(lab, minlength=n_groups)
+    steps = np.arange(1, kmax + 1)
+    req = required(cfg.floor, steps, n_g)  # [kmax, G]
+    feas = req.sum(axis=1) <= steps
+    onehot = np.eye(n_groups, dtype=np.int32)[lab[order[:, :kmax]]]  # [R, kmax, G]
+    counts = np.cumsum(onehot, axis=1)
+    cov_step = np.all(counts >= req[None], axis=2) & feas[None, :]  # coverage met after t+1 observations
+    p_n, n_th = len(values), len(thetas)
+    dec = np.zeros((n_th, p_n, reps), dtype=np.int8)
+    stop = np.zeros((n_th, p_n, reps), dtype=np.int64)
+    block = max(1, BLOCK_ELEMENTS // (reps * kmax))
+    for i in range(0, p_n, block):
+        v = values[i : i + block][:, order[:, :kmax]]  # [b, R, kmax]
+        b = v.shape[0]
+        cov_ok = np.tile(cov_step, (b, 1)) if cfg.policy.coverage_aware else None
+        paths = betting_paths if cfg.policy.rule == "anytime" else R.anytime_paths
+        d, st = paths(v.reshape(b * reps, kmax), plan.lattice, n, list(thetas), cfg.a, kmax, cov_ok)
+        dec[:, i : i + b] = d.reshape(n_th, b, reps)
+        stop[:, i : i + b] = st.reshape(n_th, b, reps)
+    ks = ts.ks[None, None, :]
+    out = []
+    for t in range(n_th):
+        reached = stop[t][:, :, None] <= ks
+        decisions = np.where(reached, dec[t][:, :, None], R.DEFER).astype(np.int8)
+        used = np.minimum(stop[t][:, :, None], ks)
+        idx = np.clip(stop[t] - 1, 0, kmax - 1)
+        cov_at = np.take_along_axis(np.broadcast_to(cov_step, (p_n, reps, kmax)), idx[:, :, None], axis=2)[:, :, 0]
+        out.append((decisions, used, np.broadcast_to(cov_at[:, :, None], decisions.shape)))
+    return out
+
+
+def _scheduled(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarray, order: np.ndarray | None,
+               cfg: Config, c: int, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decisions, tasks used and coverage-at-stop ``[P, R, J]`` of a policy with a schedule
+    (SPEC §4.4): the rule at its checkpoints with their levels (``schedule.scheduled_paths``,
+    what a live session runs); at budget ``k`` the first conclusive checkpoint ``<= k``."""
+    ts = plan._tasksets[ts_id]
+    if order is None:
+        raise SpecError("checkpoints", "a schedule needs a single task order (not neyman)")
+    reps, n = order.shape
+    cks = sorted({max(1, budget_k(f, n)) for f in cfg.policy.checkpoints or ()})
+    lvls = schedule.levels(cks, cfg.a, cfg.policy.spending or schedule.DEFAULT_SPENDING)
+    k_m = cks[-1]
+    lab, n_groups = plan._labels(ts_id, cfg.group)
+    n_g = np.bincount(lab, minlength=n_groups)
+    req = required(cfg.floor, np.array(cks), n_g)  # [m, G]
+    onehot = np.eye(n_groups, dtype=np.int32)[lab[order[:, :k_m]]]  # [R, k_m, G]
+    counts = np.cumsum(onehot, axis=1)[:, np.array(cks) - 1]  # [R, m, G]
+    cov_ck = np.all(counts >= req[None], axis=2) & (req.sum(axis=1) <= np.array(cks))[None, :]  # [R, m]
+    p_n, m = len(values), len(cks)
+    dec = np.zeros((p_n, reps), dtype=np.int8)
+    stop = np.zeros((p_n, reps), dtype=np.int64)
+    block = max(1, BLOCK_ELEMENTS // (reps * k_m))
+    for i in range(0, p_n, block):
+        v = values[i : i + block][:, order[:, :k_m]]  # [b, R, k_m]
+        b = v.shape[0]
+        cov_ok = np.tile(cov_ck, (b, 1)) if cfg.policy.coverage_aware else None
+        u = None
+        if cfg.policy.rule == "bootstrap" and cfg.bootstrap != "exact":
+            u = np.concatenate([plan._rng(s, STREAM["schedule"], *plan.pairs[p], c).random((reps, m))
+                                for p in members[i : i + b]])
+        d, st = schedule.scheduled_paths(cfg.policy.rule, v.reshape(b * reps, k_m), plan.lattice, cks, lvls,
+                                         cfg.delta / 100.0, n, cov_ok, cfg.bootstrap, u)
+        dec[i : i + b] = d.reshape(b, reps)
+        stop[i : i + b] = st.reshape(b, reps)
+    ks = ts.ks[None, None, :]
+    reached = stop[:, :, None] <= ks
+    decisions = np.where(reached, dec[:, :, None], R.DEFER).astype(np.int8)
+    used = np.minimum(stop[:, :, None], ks)
+    at = np.clip(np.searchsorted(np.array(cks), stop), 0, m - 1)  # the concluding checkpoint
+    cov_at = np.take_along_axis(np.broadcast_to(cov_ck, (p_n, reps, m)), at[:, :, None], axis=2)[:, :, 0]
+    return decisions, used, np.broadcast_to(cov_at[:, :, None], decisions.shape)
+
+
+# ------------------------------------------------------------------------- report
