@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from service.engine.evalstats import StatsInputError, to_dict
 from service.engine.leaderboard import CORRECTIONS, TIE_DEFINITIONS, TIE_RULES, Leaderboard, leaderboard
 from service.engine.records import RecordsError, load_records
+from service.engine.statbase import StatsInputError, to_dict
 
 
 def _level(text: str) -> float:

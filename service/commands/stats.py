@@ -9,7 +9,17 @@ import sys
 import numpy as np
 
 from service.engine import evalstats as E
+from service.engine.intervals import binomial_bounds
+from service.engine.passk import pass_at_k, pass_hat_k
 from service.engine.records import RecordsError, load_records
+from service.engine.samplesize import (
+    margin_of_error,
+    min_significant_gap,
+    runs_for_bound,
+    tasks_for_margin,
+    tasks_for_paired_difference,
+)
+from service.engine.statbase import StatsInputError, to_dict
 
 
 def register(subparsers) -> None:
@@ -85,7 +95,7 @@ def register(subparsers) -> None:
 
 
 def _emit(value: object) -> int:
-    sys.stdout.write(json.dumps(E.to_dict(value), indent=2) + "\n")
+    sys.stdout.write(json.dumps(to_dict(value), indent=2) + "\n")
     return 0
 
 
@@ -101,7 +111,7 @@ def _guard(fn):
     def run(args: argparse.Namespace) -> int:
         try:
             return fn(args)
-        except E.StatsInputError as exc:
+        except StatsInputError as exc:
             print(f"error: {_arg_of(exc.field)}: {exc.message}", file=sys.stderr)
             return 2
         except RecordsError as exc:
@@ -122,19 +132,19 @@ def _guard(fn):
 def _passk(args):
     ks = [args.k] if args.k is not None else list(range(1, max(args.n, 1) + 1))
     return _emit(
-        [{"n": args.n, "c": args.c, "k": k, "pass_at_k": E.pass_at_k(args.n, args.c, k),
-          "pass_hat_k": E.pass_hat_k(args.n, args.c, k)} for k in ks]
+        [{"n": args.n, "c": args.c, "k": k, "pass_at_k": pass_at_k(args.n, args.c, k),
+          "pass_hat_k": pass_hat_k(args.n, args.c, k)} for k in ks]
     )
 
 
 @_guard
 def _bound(args):
-    return _emit(E.binomial_bounds(args.successes, args.n, args.level))
+    return _emit(binomial_bounds(args.successes, args.n, args.level))
 
 
 @_guard
 def _runs(args):
-    n = E.runs_for_bound(args.max_failure_rate, args.level, args.failures)
+    n = runs_for_bound(args.max_failure_rate, args.level, args.failures)
     return _emit({"runs": n, "max_failure_rate": args.max_failure_rate, "failures": args.failures,
                   "level": args.level})
 
@@ -142,23 +152,23 @@ def _runs(args):
 @_guard
 def _margin(args):
     return _emit({"n": args.n, "p": args.p, "level": args.level,
-                  "margin": E.margin_of_error(args.n, args.p, args.level)})
+                  "margin": margin_of_error(args.n, args.p, args.level)})
 
 
 @_guard
 def _tasks(args):
     return _emit({"margin": args.margin, "p": args.p, "level": args.level,
-                  "tasks": E.tasks_for_margin(args.margin, args.p, args.level)})
+                  "tasks": tasks_for_margin(args.margin, args.p, args.level)})
 
 
 @_guard
 def _gap(args):
-    return _emit(E.min_significant_gap(args.n, args.p, args.rho, args.level))
+    return _emit(min_significant_gap(args.n, args.p, args.rho, args.level))
 
 
 @_guard
 def _power(args):
-    n = E.tasks_for_paired_difference(args.delta, args.power, args.rho, args.p, args.level, args.sd_diff)
+    n = tasks_for_paired_difference(args.delta, args.power, args.rho, args.p, args.level, args.sd_diff)
     return _emit({"tasks": n, "delta": args.delta, "power": args.power, "rho": args.rho, "level": args.level})
 
 

@@ -2,67 +2,31 @@
 :mod:`service.engine.leaderboard`.
 
 Pure functions over :class:`~service.engine.records.Records` (numpy/scipy only). Results
-are small frozen dataclasses; :func:`to_dict` turns any of them into JSON-ready values
+are small frozen dataclasses; :func:`~service.engine.statbase.to_dict` turns any of them into JSON-ready values
 (NaN and infinities become ``None``).
 
-Conventions used throughout:
-
-* A **task** is the unit of sampling. A system's score is the mean over the tasks it ran
-  of ``y[s, t]`` (the mean over that task's trials), as in SPEC §1; repeated trials of a
-  task are never treated as extra tasks.
-* ``level`` is a two-sided confidence level in (0, 1); tests run at ``alpha = 1 - level``.
-  The one-sided binomial bounds use the whole ``alpha`` in one tail.
-* ``z`` is the exact normal quantile ``Phi^-1(1 - alpha/2)`` (1.959964 at 95 %), not the
-  rounded 1.96; every worked value of SPEC §8 comes out the same either way.
-* Invalid inputs raise :class:`StatsInputError` whose ``field`` names the argument.
+The shared conventions (tasks are the unit of sampling, ``level``, ``z``, errors naming
+the argument) are in :mod:`service.engine.statbase`; intervals, pass@k and sample sizes
+have their own modules (:mod:`~service.engine.intervals`, :mod:`~service.engine.passk`,
+:mod:`~service.engine.samplesize`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, is_dataclass
-from functools import lru_cache
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
-from service.engine.errors import FieldError
+from service.engine.intervals import Interval, clopper_pearson_interval, normal_interval, t_interval, wilson_interval
+from service.engine.passk import PassK, pass_k_curve
 from service.engine.records import Records, group_labels
+from service.engine.statbase import StatsInputError, _count, _level, _system_index, _z
 
 BOOTSTRAP_BATCH = 256
 """Bootstrap resamples drawn per batch: bounds memory at ``batch × tasks`` indices."""
-
-
-class StatsInputError(FieldError):
-    """An argument outside its domain; ``field`` names it (the API answers 422 with it)."""
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A two-sided interval ``[low, high]`` and the method that produced it."""
-
-    low: float
-    high: float
-    method: str
-
-
-@dataclass(frozen=True)
-class PassK:
-    """pass@k and pass^k of one system at one ``k``, averaged over ``n_tasks`` tasks.
-
-    ``n_excluded`` tasks had fewer than ``k`` trials and are left out of the average
-    (an unbiased estimate needs at least ``k`` trials of the task).
-    """
-
-    k: int
-    pass_at_k: float
-    pass_hat_k: float
-    n_tasks: int
-    n_excluded: int
 
 
 @dataclass(frozen=True)
@@ -82,32 +46,6 @@ class ClusteredSE:
     n_tasks: int
     n_clusters: int
     effective_tasks_note: str | None = None
-
-
-@dataclass(frozen=True)
-class BinomialBounds:
-    """Exact one-sided Clopper–Pearson bounds at ``level`` for ``successes`` of ``n``.
-
-    ``success_lower`` is the lower bound on the success probability, ``failure_upper =
-    1 - success_lower`` the upper bound on the failure probability (and symmetrically).
-    """
-
-    successes: int
-    n: int
-    level: float
-    success_lower: float
-    success_upper: float
-    failure_lower: float
-    failure_upper: float
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Minimum significant gap between two scores, independent samples vs paired."""
-
-    n: float
-    unpaired: float
-    paired: float
 
 
 @dataclass(frozen=True)
@@ -150,362 +88,6 @@ class PairStats:
     min_gap_paired: float
     bootstrap: Interval | None
     n_boot: int | None
-
-
-def to_dict(obj: object) -> object:
-    """JSON-ready form of a result: dataclasses to dicts, tuples to lists, NaN/inf to None."""
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, dict):
-        return {str(k): to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_dict(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [to_dict(v) for v in obj.tolist()]
-    if isinstance(obj, bool | np.bool_):
-        return bool(obj)
-    if isinstance(obj, int | np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        v = float(obj)
-        return v if math.isfinite(v) else None
-    return obj
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _level(level: float, field: str = "level") -> float:
-    try:
-        value = float(level)
-    except (TypeError, ValueError):
-        raise StatsInputError(field, f"must be a number in (0, 1), got {level!r}") from None
-    if not (0.0 < value < 1.0):
-        raise StatsInputError(field, f"must be in (0, 1), got {level!r}")
-    return value
-
-
-def _count(value: object, field: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        if isinstance(value, float | np.floating) and float(value).is_integer():
-            value = int(value)
-        else:
-            raise StatsInputError(field, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise StatsInputError(field, f"must be at least {minimum}, got {value}")
-    return int(value)
-
-
-def _unit(value: float, field: str, low_open: bool = False, high_open: bool = False) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or v > 1 or (low_open and v == 0) or (high_open and v == 1):
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
-        raise StatsInputError(field, f"must be in {lo}0, 1{hi}, got {value!r}")
-    return v
-
-
-def _positive(value: float, field: str) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise StatsInputError(field, f"must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _z(level: float) -> float:
-    return float(stats.norm.ppf(0.5 + level / 2.0))
-
-
-# --------------------------------------------------------------------------- pass@k / pass^k
-
-
-def _check_nck(n: int, c: int, k: int) -> tuple[int, int, int]:
-    n = _count(n, "n", 1)
-    c = _count(c, "c", 0)
-    k = _count(k, "k", 1)
-    if c > n:
-        raise StatsInputError("c", f"passes c={c} exceed trials n={n}")
-    if k > n:
-        raise StatsInputError("k", f"k={k} exceeds the number of trials n={n}")
-    return n, c, k
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of one task from ``c`` passes in ``n`` trials (SPEC §8).
-
-    ``pass@k = 1 - C(n - c, k) / C(n, k)``: one minus the chance that a uniformly random
-    k-subset of the trials holds no pass (``C(a, b) = 0`` when ``b > a``). Its expectation
-    over i.i.d. trials with pass probability ``p`` is ``1 - (1 - p)**k``. Needs ``k <= n``.
-    """
-    n, c, k = _check_nck(n, c, k)
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def pass_hat_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass^k of one task: ``C(c, k) / C(n, k)``, the chance that a random
-    k-subset of the trials passes every time; expectation ``p**k`` (SPEC §8)."""
-    n, c, k = _check_nck(n, c, k)
-    return math.comb(c, k) / math.comb(n, k)
-
-
-@lru_cache(maxsize=128)
-def _subset_weights(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Weights of the order statistics for the max and the min of a random k-subset.
-
-    Row ``k - 1``, column ``i - 1``: ``C(i-1, k-1) / C(n, k)`` is the probability that the
-    ``i``-th smallest of ``n`` values is the largest of a uniformly random k-subset;
-    ``C(n-i, k-1) / C(n, k)`` that it is the smallest. Integer ratios, correctly rounded.
-    """
-    wmax = np.zeros((n, n))
-    wmin = np.zeros((n, n))
-    for k in range(1, n + 1):
-        total = math.comb(n, k)
-        for i in range(1, n + 1):
-            wmax[k - 1, i - 1] = math.comb(i - 1, k - 1) / total
-            wmin[k - 1, i - 1] = math.comb(n - i, k - 1) / total
-    wmax.setflags(write=False)
-    wmin.setflags(write=False)
-    return wmax, wmin
-
-
-def subset_max_min(outcomes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean over all k-subsets of the max and of the min, for every ``k = 1..n``.
-
-    ``outcomes`` is ``[..., n]`` (trials on the last axis). Returns two ``[..., n]``
-    arrays whose entry ``k - 1`` is the average, over the ``C(n, k)`` subsets of size
-    ``k``, of the subset's largest (resp. smallest) outcome. For 0/1 outcomes these are
-    exactly pass@k and pass^k of SPEC §8; for fractional rewards they are the unbiased
-    estimates of the expected best and worst of ``k`` trials (U-statistics).
-    """
-    x = np.sort(np.asarray(outcomes, dtype=np.float64), axis=-1)
-    wmax, wmin = _subset_weights(x.shape[-1])
-    return x @ wmax.T, x @ wmin.T
-
-
-def pass_k_curve(records: Records, system: str) -> tuple[PassK, ...]:
-    """pass@k and pass^k of ``system`` for every ``k`` from 1 to its largest trial count.
-
-    Per task the estimate is :func:`subset_max_min` of that task's trials; the system's
-    value is the mean over tasks. A task with fewer than ``k`` trials has no unbiased
-    estimate at that ``k`` and is excluded (counted in ``n_excluded``); when every
-    task has the same number of trials nothing is excluded. ``k = 1`` gives the mean score.
-    """
-    s = _system_index(records, system)
-    sel = records.raw_system == s
-    task = records.raw_task[sel]
-    out = records.raw_outcome[sel]
-    order = np.lexsort((out, task))
-    out = out[order]
-    counts = records.trials[s]
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    n_observed = int(np.count_nonzero(counts))
-    kmax = int(counts.max())
-    at_sum = np.zeros(kmax)
-    hat_sum = np.zeros(kmax)
-    used = np.zeros(kmax, dtype=np.int64)
-    for n in np.unique(counts[counts > 0]):
-        n = int(n)
-        rows = np.nonzero(counts == n)[0]
-        x = out[starts[rows][:, None] + np.arange(n)]
-        emax, emin = subset_max_min(x)
-        at_sum[:n] += emax.sum(axis=0)
-        hat_sum[:n] += emin.sum(axis=0)
-        used[:n] += len(rows)
-    return tuple(
-        PassK(
-            k=k + 1,
-            pass_at_k=float(at_sum[k] / used[k]),
-            pass_hat_k=float(hat_sum[k] / used[k]),
-            n_tasks=int(used[k]),
-            n_excluded=n_observed - int(used[k]),
-        )
-        for k in range(kmax)
-    )
-
-
-# --------------------------------------------------------------------------- intervals
-
-
-def _out(a: np.ndarray) -> np.ndarray | float:
-    return float(a) if np.ndim(a) == 0 else a
-
-
-def normal_interval(mean, se, level: float = 0.95):
-    """``mean ± z·se`` (vectorised); ``z = Phi^-1(1 - alpha/2)``."""
-    z = _z(_level(level))
-    m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
-    return _out(m - z * s), _out(m + z * s)
-
-
-def t_interval(mean, se, df, level: float = 0.95):
-    """``mean ± t_{df, 1-alpha/2}·se`` (vectorised); used with clustered errors, ``df = G - 1``."""
-    level = _level(level)
-    q = stats.t.ppf(0.5 + level / 2.0, np.asarray(df, dtype=float))
-    m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
-    return _out(m - q * s), _out(m + q * s)
-
-
-def wilson_interval(successes, n, level: float = 0.95):
-    """Wilson score interval for a proportion ``successes / n`` (vectorised).
-
-    ``(x + z²/2) / (n + z²)  ±  z / (n + z²) · sqrt(x (n - x) / n + z² / 4)``.
-    ``successes`` may be fractional (a mean score times ``n``).
-    """
-    z = _z(_level(level))
-    x = np.asarray(successes, dtype=float)
-    m = np.asarray(n, dtype=float)
-    center = (x + z * z / 2.0) / (m + z * z)
-    half = z / (m + z * z) * np.sqrt(np.maximum(x * (m - x) / m, 0.0) + z * z / 4.0)
-    return _out(np.clip(center - half, 0.0, 1.0)), _out(np.clip(center + half, 0.0, 1.0))
-
-
-def clopper_pearson_interval(successes, n, level: float = 0.95):
-    """Exact two-sided Clopper–Pearson interval (vectorised, integer counts):
-    ``[Beta_{alpha/2}(x, n - x + 1), Beta_{1-alpha/2}(x + 1, n - x)]``, with 0 at ``x = 0``
-    and 1 at ``x = n``."""
-    alpha = 1.0 - _level(level)
-    x = np.asarray(successes, dtype=float)
-    m = np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore"):
-        low = np.where(x > 0, stats.beta.ppf(alpha / 2.0, np.maximum(x, 1), m - x + 1), 0.0)
-        high = np.where(x < m, stats.beta.ppf(1.0 - alpha / 2.0, x + 1, np.maximum(m - x, 1)), 1.0)
-    return _out(low), _out(high)
-
-
-def binomial_bounds(successes: int, n: int, level: float = 0.95) -> BinomialBounds:
-    """Exact one-sided Clopper–Pearson bounds (SPEC §8), each with the whole ``alpha``.
-
-    ``success_lower = Beta_alpha(x, n - x + 1)`` (0 when ``x = 0``) and ``success_upper =
-    Beta_{1-alpha}(x + 1, n - x)`` (1 when ``x = n``). With zero failures the closed form
-    ``success_lower = alpha**(1/n)`` is used, so ``failure_upper = 1 - alpha**(1/n)``:
-    20 clean runs bound the failure rate by 13.91 % at 95 %.
-    """
-    n = _count(n, "n", 1)
-    x = _count(successes, "successes", 0)
-    if x > n:
-        raise StatsInputError("successes", f"successes={x} exceed n={n}")
-    alpha = 1.0 - _level(level)
-    if x == n:
-        lower = alpha ** (1.0 / n)
-    elif x == 0:
-        lower = 0.0
-    else:
-        lower = float(stats.beta.ppf(alpha, x, n - x + 1))
-    if x == 0:
-        upper = 1.0 - alpha ** (1.0 / n)
-    elif x == n:
-        upper = 1.0
-    else:
-        upper = float(stats.beta.ppf(1.0 - alpha, x + 1, n - x))
-    return BinomialBounds(x, n, level, lower, upper, 1.0 - upper, 1.0 - lower)
-
-
-MAX_RUNS = 2**53
-
-
-def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int = 0) -> int:
-    """Fewest runs ``n`` such that ``failures`` failures in ``n`` runs give an exact
-    one-sided upper bound on the failure rate of at most ``max_failure_rate``.
-
-    With zero failures: the smallest ``n >= ln(alpha) / ln(1 - target)`` (59 runs for 5 %
-    at 95 %). Otherwise the bound ``Beta_{1-alpha}(f + 1, n - f)`` decreases in ``n``. Either
-    way the smallest ``n`` is found by bisection (from the closed form when ``f = 0``), so a
-    tiny target costs a few dozen bound evaluations, not a walk over the rounding error.
-    """
-    target = _unit(max_failure_rate, "max_failure_rate", low_open=True, high_open=True)
-    level = _level(level)
-    f = _count(failures, "failures", 0)
-
-    def bound(n: int) -> float:
-        return binomial_bounds(n - f, n, level).failure_upper
-
-    lo, hi = f + 1, 2 * (f + 1)
-    if f == 0:  # start from the closed form; the bisection below only corrects its rounding
-        guess = max(1, math.ceil(math.log(1.0 - level) / math.log1p(-target) - 1e-9))
-        lo, hi = max(1, guess // 2), max(2, guess)
-    while hi <= MAX_RUNS and bound(hi) > target:
-        lo, hi = hi, hi * 2
-    if hi > MAX_RUNS:  # past exact integers in double precision (and any real budget)
-        raise StatsInputError("max_failure_rate", f"more than {MAX_RUNS:.3g} runs would be needed")
-    if bound(lo) <= target:
-        return lo
-    while hi - lo > 1:  # bound(lo) > target >= bound(hi)
-        mid = (lo + hi) // 2
-        if bound(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-# --------------------------------------------------------------------------- calculators
-
-
-def margin_of_error(n: float, p: float = 0.5, level: float = 0.95) -> float:
-    """Half-width of the normal interval of a score: ``z·sqrt(p (1 - p) / n)`` (SPEC §8).
-    ``n`` may be fractional (an average task count); ±6.92 pp at ``n = 200.5, p = 0.5``."""
-    n = _positive(n, "n")
-    p = _unit(p, "p")
-    return _z(_level(level)) * math.sqrt(p * (1.0 - p) / n)
-
-
-def tasks_for_margin(margin: float, p: float = 0.5, level: float = 0.95) -> int:
-    """Fewest tasks for a margin of at most ``margin``: ``ceil(z² p (1 - p) / margin²)``;
-    385 / 1,068 / 2,401 / 9,604 tasks for ±5 / ±3 / ±2 / ±1 pp at ``p = 0.5``."""
-    m = _unit(margin, "margin", low_open=True)
-    p = _unit(p, "p")
-    z = _z(_level(level))
-    return max(1, math.ceil(z * z * p * (1.0 - p) / (m * m) * (1.0 - 1e-12)))
-
-
-def min_significant_gap(n: float, p: float = 0.5, rho: float = 0.0, level: float = 0.95) -> Gap:
-    """Smallest score difference significant at ``level`` with ``n`` tasks per system.
-
-    Independent samples: ``z·sqrt(2 p (1 - p) / n)`` (``z·sqrt(0.5 / n)`` at ``p = 0.5``,
-    about 9.8 pp at ``n = 200``). Paired on the same tasks with per-task correlation
-    ``rho`` the variance of the difference shrinks by ``(1 - rho)``, so the gap by
-    ``sqrt(1 - rho)`` (about 6.9 pp at ``rho = 0.5``).
-    """
-    n = _positive(n, "n")
-    p = _unit(p, "p")
-    r = float(rho)
-    if not math.isfinite(r) or not -1.0 <= r <= 1.0:
-        raise StatsInputError("rho", f"must be in [-1, 1], got {rho!r}")
-    unpaired = _z(_level(level)) * math.sqrt(2.0 * p * (1.0 - p) / n)
-    return Gap(n=n, unpaired=unpaired, paired=unpaired * math.sqrt(1.0 - r))
-
-
-def tasks_for_paired_difference(
-    delta: float,
-    power: float = 0.8,
-    rho: float = 0.0,
-    p: float = 0.5,
-    level: float = 0.95,
-    sd_diff: float | None = None,
-) -> int:
-    """Tasks needed to detect a paired difference ``delta`` with the given power.
-
-    Two-sided test at ``alpha = 1 - level`` on the per-task differences, normal
-    approximation: ``n = ceil((z_{1-alpha/2} + z_{power})² · sigma_D² / delta²)`` with
-    ``sigma_D² = 2 p (1 - p) (1 - rho)`` (two scores of variance ``p (1 - p)`` and
-    correlation ``rho``) unless ``sd_diff`` gives ``sigma_D`` directly. At least 2.
-    """
-    d = _unit(abs(float(delta)), "delta", low_open=True)
-    pw = _unit(power, "power", low_open=True, high_open=True)
-    level = _level(level)
-    if sd_diff is None:
-        p = _unit(p, "p")
-        r = float(rho)
-        if not math.isfinite(r) or not -1.0 <= r <= 1.0:
-            raise StatsInputError("rho", f"must be in [-1, 1], got {rho!r}")
-        var = 2.0 * p * (1.0 - p) * (1.0 - r)
-    else:
-        sd = float(sd_diff)
-        if not math.isfinite(sd) or sd < 0:
-            raise StatsInputError("sd_diff", f"must be a finite number >= 0, got {sd_diff!r}")
-        var = sd * sd
-    zsum = _z(level) + float(stats.norm.ppf(pw))
-    return max(2, math.ceil(zsum * zsum * var / (d * d) * (1.0 - 1e-12)))
 
 
 # --------------------------------------------------------------------------- clustering
@@ -564,16 +146,6 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> Clus
 
 
 # --------------------------------------------------------------------------- single systems
-
-
-def _system_index(records: Records, system: str, field: str = "system") -> int:
-    try:
-        return records.systems.index(system)
-    except ValueError:
-        known = ", ".join(records.systems[:50])
-        if len(records.systems) > 50:
-            known += f" ... ({len(records.systems)} in all)"
-        raise StatsInputError(field, f"unknown system '{system}'; the systems of this dataset: {known}") from None
 
 
 def _labels(records: Records, cluster: str | Sequence[str] | None) -> np.ndarray | None:

@@ -14,19 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.evalstats import (
-    StatsInputError,
-    SystemStats,
-    _binary_single,
-    _labels,
-    _level,
-    _pair_arrays,
-    _paired_test,
-    _system_stats,
-    t_interval,
-)
+from service.engine.evalstats import SystemStats, _binary_single, _labels, _pair_arrays, _paired_test, _system_stats
+from service.engine.intervals import t_interval
 from service.engine.letters import TooManyLetters, compact_letters, rank_bounds
 from service.engine.records import Records, parse_group_key
+from service.engine.statbase import StatsInputError, _level
 
 CORRECTIONS = ("holm", "bh", "none")
 

@@ -26,8 +26,8 @@ from service.datasets import repository as datasets_repo
 from service.datasets import service as datasets
 from service.datasets.router import Upload, upload_context
 from service.deps import SessionDep, SettingsDep
-from service.engine import evalstats
 from service.engine import leaderboard as board_stats
+from service.engine import statbase
 from service.engine.spec import NAMED_POLICIES
 from service.errors import NotFound, ServiceError
 from service.limits import record_limits
@@ -430,7 +430,7 @@ def leaderboard_page(
     }
     try:
         board = board_stats.leaderboard(records, level, cluster or None, correction, False, ties)
-    except evalstats.StatsInputError as exc:
+    except statbase.StatsInputError as exc:
         context["error"] = f"{exc.field}: {exc.message}"
         return render("leaderboard.html", 422, **context)
     context.update(board=board, **_leaderboard_rows(board))

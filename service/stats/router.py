@@ -13,6 +13,16 @@ from service.datasets import service as datasets
 from service.deps import SessionDep
 from service.engine import evalstats as E
 from service.engine import leaderboard as L
+from service.engine.intervals import binomial_bounds
+from service.engine.passk import pass_at_k, pass_hat_k
+from service.engine.samplesize import (
+    margin_of_error,
+    min_significant_gap,
+    runs_for_bound,
+    tasks_for_margin,
+    tasks_for_paired_difference,
+)
+from service.engine.statbase import StatsInputError, to_dict
 from service.errors import NotFound, Unprocessable, responses
 from service.stats import schemas as S
 
@@ -21,7 +31,7 @@ router = APIRouter(tags=["statistics"])
 _ERRORS = responses(Unprocessable)
 
 
-def _invalid(exc: E.StatsInputError) -> Unprocessable:
+def _invalid(exc: StatsInputError) -> Unprocessable:
     return Unprocessable([{"field": exc.field, "message": exc.message}])
 
 
@@ -34,9 +44,9 @@ def _out_of_range() -> Unprocessable:
 def passk(body: S.PassKCreate) -> S.PassKCurveRead:
     ks = [body.k] if body.k is not None else list(range(1, body.n + 1))
     try:
-        values = [S.PassKRead(k=k, pass_at_k=E.pass_at_k(body.n, body.c, k), pass_hat_k=E.pass_hat_k(body.n, body.c, k))
+        values = [S.PassKRead(k=k, pass_at_k=pass_at_k(body.n, body.c, k), pass_hat_k=pass_hat_k(body.n, body.c, k))
                   for k in ks]
-    except E.StatsInputError as exc:
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -47,8 +57,8 @@ def passk(body: S.PassKCreate) -> S.PassKCurveRead:
              summary="Exact one-sided binomial bounds (Clopper–Pearson; zero failures: 1 - α^(1/n))")
 def bound(body: S.BoundCreate):
     try:
-        return E.to_dict(E.binomial_bounds(body.successes, body.n, body.level))
-    except E.StatsInputError as exc:
+        return to_dict(binomial_bounds(body.successes, body.n, body.level))
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -58,8 +68,8 @@ def bound(body: S.BoundCreate):
              summary="Fewest runs for an exact upper failure-rate bound at most a target")
 def runs(body: S.RunsCreate) -> S.RunsRead:
     try:
-        n = E.runs_for_bound(body.max_failure_rate, body.level, body.failures)
-    except E.StatsInputError as exc:
+        n = runs_for_bound(body.max_failure_rate, body.level, body.failures)
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -70,8 +80,8 @@ def runs(body: S.RunsCreate) -> S.RunsRead:
              summary="Margin of error of a score: z·sqrt(p(1-p)/n)")
 def margin(body: S.MarginCreate) -> S.MarginRead:
     try:
-        m = E.margin_of_error(body.n, body.p, body.level)
-    except E.StatsInputError as exc:
+        m = margin_of_error(body.n, body.p, body.level)
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -84,8 +94,8 @@ def margin(body: S.MarginCreate) -> S.MarginRead:
              summary="Tasks needed for a target margin of error")
 def tasks(body: S.TasksCreate) -> S.TasksRead:
     try:
-        n = E.tasks_for_margin(body.margin, body.p, body.level)
-    except E.StatsInputError as exc:
+        n = tasks_for_margin(body.margin, body.p, body.level)
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -96,11 +106,11 @@ def tasks(body: S.TasksCreate) -> S.TasksRead:
              summary="Minimum significant gap between two scores, unpaired vs paired")
 def gap(body: S.GapCreate):
     try:
-        out = E.to_dict(E.min_significant_gap(body.n, body.p, body.rho, body.level))
+        out = to_dict(min_significant_gap(body.n, body.p, body.rho, body.level))
         return S.GapRead.model_validate(out)
     except ValidationError:  # a gap that is not a finite number
         raise _out_of_range() from None
-    except E.StatsInputError as exc:
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -110,8 +120,8 @@ def gap(body: S.GapCreate):
              summary="Tasks needed to detect a paired difference with the given power")
 def power(body: S.PowerCreate) -> S.PowerRead:
     try:
-        n = E.tasks_for_paired_difference(body.delta, body.power, body.rho, body.p, body.level, body.sd_diff)
-    except E.StatsInputError as exc:
+        n = tasks_for_paired_difference(body.delta, body.power, body.rho, body.p, body.level, body.sd_diff)
+    except StatsInputError as exc:
         raise _invalid(exc) from None
     except ArithmeticError:  # an input at the edge of floating point (say 5e-324): no finite answer
         raise _out_of_range() from None
@@ -133,9 +143,9 @@ def get_leaderboard(
     records = datasets.load_records(session, dataset_id)
     try:
         board = L.leaderboard(records, level, cluster, correction, matrix, ties)
-    except E.StatsInputError as exc:
+    except StatsInputError as exc:
         raise _invalid(exc) from None
-    return E.to_dict(board)
+    return to_dict(board)
 
 
 @router.get("/v1/datasets/{dataset_id}/pairs", response_model=S.PairRead,
@@ -154,6 +164,6 @@ def get_pair(
     records = datasets.load_records(session, dataset_id)
     try:
         result = E.pair_stats(records, a, b, level, cluster, np.random.default_rng(seed), boot)
-    except E.StatsInputError as exc:
+    except StatsInputError as exc:
         raise _invalid(exc) from None
-    return E.to_dict(result)
+    return to_dict(result)

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from service.engine import evalstats as E
+from service.engine import intervals, passk, samplesize, statbase
 from service.engine.records import from_rows, load_records
 from tests.conftest import shared_dataset
 
@@ -17,27 +18,27 @@ from tests.conftest import shared_dataset
 
 
 def test_spec_pass_at_k_and_pass_hat_k_worked_check():
-    assert E.pass_at_k(5, 2, 2) == pytest.approx(0.70, abs=1e-12)
-    assert E.pass_hat_k(5, 2, 2) == pytest.approx(0.10, abs=1e-12)
+    assert passk.pass_at_k(5, 2, 2) == pytest.approx(0.70, abs=1e-12)
+    assert passk.pass_hat_k(5, 2, 2) == pytest.approx(0.10, abs=1e-12)
 
 
 def test_spec_zero_failure_bounds_and_runs():
-    assert round(100 * E.binomial_bounds(20, 20).failure_upper, 2) == 13.91
-    assert round(100 * E.binomial_bounds(2, 2).success_lower, 2) == 22.36
-    assert E.runs_for_bound(0.05) == 59
-    assert E.binomial_bounds(58, 58).failure_upper > 0.05 >= E.binomial_bounds(59, 59).failure_upper
+    assert round(100 * intervals.binomial_bounds(20, 20).failure_upper, 2) == 13.91
+    assert round(100 * intervals.binomial_bounds(2, 2).success_lower, 2) == 22.36
+    assert samplesize.runs_for_bound(0.05) == 59
+    assert intervals.binomial_bounds(58, 58).failure_upper > 0.05 >= intervals.binomial_bounds(59, 59).failure_upper
 
 
 def test_spec_margins_and_task_counts():
-    assert round(100 * E.margin_of_error(200.5), 2) == 6.92
-    assert round(100 * E.margin_of_error(914), 2) == 3.24
-    assert [E.tasks_for_margin(m) for m in (0.05, 0.03, 0.02, 0.01)] == [385, 1068, 2401, 9604]
+    assert round(100 * samplesize.margin_of_error(200.5), 2) == 6.92
+    assert round(100 * samplesize.margin_of_error(914), 2) == 3.24
+    assert [samplesize.tasks_for_margin(m) for m in (0.05, 0.03, 0.02, 0.01)] == [385, 1068, 2401, 9604]
 
 
 def test_spec_minimum_significant_gaps():
-    gap = E.min_significant_gap(200)
+    gap = samplesize.min_significant_gap(200)
     assert round(100 * gap.unpaired, 1) == 9.8 and gap.paired == gap.unpaired
-    assert round(100 * E.min_significant_gap(200, rho=0.5).paired, 1) == 6.9
+    assert round(100 * samplesize.min_significant_gap(200, rho=0.5).paired, 1) == 6.9
 
 
 # --------------------------------------------------------------------------- pass@k / pass^k
@@ -51,15 +52,15 @@ def test_pass_k_against_enumeration_of_trial_subsets():
                 subsets = list(itertools.combinations(trials, k))
                 any_pass = sum(max(s) for s in subsets) / len(subsets)
                 all_pass = sum(min(s) for s in subsets) / len(subsets)
-                assert E.pass_at_k(n, c, k) == pytest.approx(any_pass, abs=1e-12)
-                assert E.pass_hat_k(n, c, k) == pytest.approx(all_pass, abs=1e-12)
+                assert passk.pass_at_k(n, c, k) == pytest.approx(any_pass, abs=1e-12)
+                assert passk.pass_hat_k(n, c, k) == pytest.approx(all_pass, abs=1e-12)
 
 
 def test_subset_max_min_fractional_against_enumeration():
     rng = np.random.default_rng(3)
     x = rng.random((4, 6)).round(2)
     x[0, :3] = 0.5  # ties
-    emax, emin = E.subset_max_min(x)
+    emax, emin = passk.subset_max_min(x)
     for row in range(4):
         for k in range(1, 7):
             subs = list(itertools.combinations(x[row], k))
@@ -72,8 +73,8 @@ def test_pass_k_estimators_are_unbiased_exactly():
     n, p = 7, 0.37
     weights = stats.binom.pmf(np.arange(n + 1), n, p)
     for k in range(1, n + 1):
-        at = sum(w * E.pass_at_k(n, c, k) for c, w in enumerate(weights))
-        hat = sum(w * E.pass_hat_k(n, c, k) for c, w in enumerate(weights))
+        at = sum(w * passk.pass_at_k(n, c, k) for c, w in enumerate(weights))
+        hat = sum(w * passk.pass_hat_k(n, c, k) for c, w in enumerate(weights))
         assert at == pytest.approx(1 - (1 - p) ** k, abs=1e-12)
         assert hat == pytest.approx(p**k, abs=1e-12)
 
@@ -83,8 +84,8 @@ def test_pass_k_estimators_are_unbiased_exactly():
     [(3, 1, 4, "k"), (3, 4, 1, "c"), (0, 0, 1, "n"), (3, -1, 1, "c"), (3, 1, 0, "k")],
 )
 def test_pass_k_rejects_bad_inputs_naming_the_field(n, c, k, field):
-    with pytest.raises(E.StatsInputError) as exc:
-        E.pass_at_k(n, c, k)
+    with pytest.raises(statbase.StatsInputError) as exc:
+        passk.pass_at_k(n, c, k)
     assert exc.value.field == field
 
 
@@ -104,7 +105,7 @@ def test_pass_k_curve_uneven_trials_excludes_short_tasks():
         "B": {"a1": [0], "a2": [1], "b1": [1], "b2": [0]},
     }
     rec = from_rows(_rows(table))
-    curve = E.pass_k_curve(rec, "A")
+    curve = passk.pass_k_curve(rec, "A")
     assert [p.k for p in curve] == [1, 2, 3, 4]
     tasks = list(table["A"].values())
     for p in curve:
@@ -122,7 +123,7 @@ def test_pass_k_curve_uneven_trials_excludes_short_tasks():
 
 @pytest.mark.parametrize(("x", "n"), [(0, 10), (3, 10), (9, 10), (10, 10), (47, 120)])
 def test_one_sided_bounds_invert_the_binomial_tail(x, n):
-    b = E.binomial_bounds(x, n, 0.9)
+    b = intervals.binomial_bounds(x, n, 0.9)
     if x > 0:  # P(X >= x | p = lower) = alpha
         assert stats.binom.sf(x - 1, n, b.success_lower) == pytest.approx(0.1, rel=1e-8)
     else:
@@ -136,9 +137,9 @@ def test_one_sided_bounds_invert_the_binomial_tail(x, n):
 
 @pytest.mark.parametrize(("target", "failures", "level"), [(0.05, 1, 0.95), (0.1, 3, 0.9), (0.01, 0, 0.99)])
 def test_runs_for_bound_is_the_fewest(target, failures, level):
-    n = E.runs_for_bound(target, level, failures)
-    assert E.binomial_bounds(n - failures, n, level).failure_upper <= target
-    assert n - 1 <= failures or E.binomial_bounds(n - 1 - failures, n - 1, level).failure_upper > target
+    n = samplesize.runs_for_bound(target, level, failures)
+    assert intervals.binomial_bounds(n - failures, n, level).failure_upper <= target
+    assert n - 1 <= failures or intervals.binomial_bounds(n - 1 - failures, n - 1, level).failure_upper > target
 
 
 def test_interval_coverage_on_seeded_simulation():
@@ -148,17 +149,17 @@ def test_interval_coverage_on_seeded_simulation():
     mc = 3 * math.sqrt(0.95 * 0.05 / reps)
     m = x / n
     se = np.sqrt(m * (1 - m) / (n - 1))  # sd(ddof=1)/sqrt(n) for 0/1 data
-    lo, hi = E.normal_interval(m, se)
+    lo, hi = intervals.normal_interval(m, se)
     assert abs(np.mean((lo <= p) & (p <= hi)) - 0.95) < mc + 0.01
-    lo, hi = E.wilson_interval(x, n)
+    lo, hi = intervals.wilson_interval(x, n)
     assert abs(np.mean((lo <= p) & (p <= hi)) - 0.95) < mc + 0.01
-    lo, hi = E.clopper_pearson_interval(x, n)
+    lo, hi = intervals.clopper_pearson_interval(x, n)
     cover = np.mean((lo <= p) & (p <= hi))
     assert cover >= 0.95 - mc and cover < 0.99
     # a small sample where Wald is known to undercover: the check is able to fail
     x = rng.binomial(20, 0.1, size=reps)
     m = x / 20
-    lo, hi = E.normal_interval(m, np.sqrt(m * (1 - m) / 19))
+    lo, hi = intervals.normal_interval(m, np.sqrt(m * (1 - m) / 19))
     assert np.mean((lo <= 0.1) & (0.1 <= hi)) < 0.95 - mc
 
 
@@ -196,9 +197,9 @@ def test_clustered_interval_covers_when_the_iid_one_does_not():
         effect = rng.normal(0, 1, size=G)
         v = effect[groups] + rng.normal(0, 1, size=G * m)  # ICC 0.5, true mean 0
         res = E.clustered_se(v, groups)
-        lo, hi = E.t_interval(res.mean, res.se, G - 1)
+        lo, hi = intervals.t_interval(res.mean, res.se, G - 1)
         cover_cl += lo <= 0 <= hi
-        lo, hi = E.normal_interval(res.mean, res.se_iid)
+        lo, hi = intervals.normal_interval(res.mean, res.se_iid)
         cover_iid += lo <= 0 <= hi
     mc = 3 * math.sqrt(0.95 * 0.05 / reps)
     assert abs(cover_cl / reps - 0.95) < mc + 0.01
@@ -293,7 +294,7 @@ def test_paired_bootstrap_by_cluster_is_wider_with_correlated_clusters():
 
 def test_tasks_for_paired_difference_is_minimal_and_has_its_power():
     delta, rho, power = 0.05, 0.5, 0.8
-    n = E.tasks_for_paired_difference(delta, power, rho)
+    n = samplesize.tasks_for_paired_difference(delta, power, rho)
     sd = math.sqrt(2 * 0.25 * (1 - rho))
 
     def approx_power(m):
@@ -317,17 +318,17 @@ def test_tasks_for_paired_difference_is_minimal_and_has_its_power():
 
 def test_calculator_validation_names_fields():
     cases = [
-        (lambda: E.margin_of_error(10, level=1.0), "level"),
-        (lambda: E.margin_of_error(-1), "n"),
-        (lambda: E.tasks_for_margin(0), "margin"),
-        (lambda: E.binomial_bounds(-1, 5), "successes"),
-        (lambda: E.binomial_bounds(6, 5), "successes"),
-        (lambda: E.runs_for_bound(0.05, failures=-2), "failures"),
-        (lambda: E.min_significant_gap(100, rho=1.5), "rho"),
-        (lambda: E.tasks_for_paired_difference(0.05, power=1.0), "power"),
+        (lambda: samplesize.margin_of_error(10, level=1.0), "level"),
+        (lambda: samplesize.margin_of_error(-1), "n"),
+        (lambda: samplesize.tasks_for_margin(0), "margin"),
+        (lambda: intervals.binomial_bounds(-1, 5), "successes"),
+        (lambda: intervals.binomial_bounds(6, 5), "successes"),
+        (lambda: samplesize.runs_for_bound(0.05, failures=-2), "failures"),
+        (lambda: samplesize.min_significant_gap(100, rho=1.5), "rho"),
+        (lambda: samplesize.tasks_for_paired_difference(0.05, power=1.0), "power"),
     ]
     for call, field in cases:
-        with pytest.raises(E.StatsInputError) as exc:
+        with pytest.raises(statbase.StatsInputError) as exc:
             call()
         assert exc.value.field == field
 
@@ -336,7 +337,7 @@ def test_terminal_bench_pass_hat_k_from_real_trials():
     rec = load_records(str(shared_dataset("terminal_bench_core_0.1.1")))
     assert int(rec.trials.max()) == 5
     for s, name in enumerate(rec.systems):
-        curve = E.pass_k_curve(rec, name)
+        curve = passk.pass_k_curve(rec, name)
         assert [p.k for p in curve] == [1, 2, 3, 4, 5] and all(p.n_excluded == 0 for p in curve)
         sel = rec.raw_system == s
         per_task = [rec.raw_outcome[sel & (rec.raw_task == t)] for t in range(rec.n_tasks)]

@@ -12,9 +12,9 @@ from scipy import stats
 
 from service.engine import evalstats as E
 from service.engine import leaderboard as L
-from service.engine.evalstats import StatsInputError
 from service.engine.letters import compact_letters, letter_name
 from service.engine.records import from_rows, group_labels, load_records
+from service.engine.statbase import StatsInputError
 from tests.conftest import shared_dataset
 
 # --------------------------------------------------------------------------- leaderboard

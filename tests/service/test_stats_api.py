@@ -7,9 +7,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from service.engine import evalstats as E
 from service.engine import leaderboard as L
 from service.engine.records import parse_records
+from service.engine.statbase import to_dict
 from tests.conftest import shared_dataset
 from tests.service.conftest import synth_csv, upload
 
@@ -62,7 +62,7 @@ def test_leaderboard_matches_the_engine(client: TestClient) -> None:
     url = f"/v1/datasets/{ds['id']}/leaderboard"
     r = client.get(url, params={"cluster": "group", "correction": "bh", "matrix": "true"})
     assert r.status_code == 200, r.text
-    expected = E.to_dict(L.leaderboard(parse_records(content), 0.95, "group", "bh", True))
+    expected = to_dict(L.leaderboard(parse_records(content), 0.95, "group", "bh", True))
     assert r.json() == json.loads(json.dumps(expected))
     body = r.json()
     assert len(body["rows"]) == 5 and len(body["matrix"]) == 10 and body["n_clusters"] == 3

@@ -1,0 +1,111 @@
+"""Confidence intervals for a score (SPEC §8): normal, t, Wilson, Clopper–Pearson (two-sided,
+vectorised) and the exact one-sided binomial bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from service.engine.statbase import StatsInputError, _count, _level, _z
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A two-sided interval ``[low, high]`` and the method that produced it."""
+
+    low: float
+    high: float
+    method: str
+
+
+@dataclass(frozen=True)
+class BinomialBounds:
+    """Exact one-sided Clopper–Pearson bounds at ``level`` for ``successes`` of ``n``.
+
+    ``success_lower`` is the lower bound on the success probability, ``failure_upper =
+    1 - success_lower`` the upper bound on the failure probability (and symmetrically).
+    """
+
+    successes: int
+    n: int
+    level: float
+    success_lower: float
+    success_upper: float
+    failure_lower: float
+    failure_upper: float
+
+
+def _out(a: np.ndarray) -> np.ndarray | float:
+    return float(a) if np.ndim(a) == 0 else a
+
+
+def normal_interval(mean, se, level: float = 0.95):
+    """``mean ± z·se`` (vectorised); ``z = Phi^-1(1 - alpha/2)``."""
+    z = _z(_level(level))
+    m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
+    return _out(m - z * s), _out(m + z * s)
+
+
+def t_interval(mean, se, df, level: float = 0.95):
+    """``mean ± t_{df, 1-alpha/2}·se`` (vectorised); used with clustered errors, ``df = G - 1``."""
+    level = _level(level)
+    q = stats.t.ppf(0.5 + level / 2.0, np.asarray(df, dtype=float))
+    m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
+    return _out(m - q * s), _out(m + q * s)
+
+
+def wilson_interval(successes, n, level: float = 0.95):
+    """Wilson score interval for a proportion ``successes / n`` (vectorised).
+
+    ``(x + z²/2) / (n + z²)  ±  z / (n + z²) · sqrt(x (n - x) / n + z² / 4)``.
+    ``successes`` may be fractional (a mean score times ``n``).
+    """
+    z = _z(_level(level))
+    x = np.asarray(successes, dtype=float)
+    m = np.asarray(n, dtype=float)
+    center = (x + z * z / 2.0) / (m + z * z)
+    half = z / (m + z * z) * np.sqrt(np.maximum(x * (m - x) / m, 0.0) + z * z / 4.0)
+    return _out(np.clip(center - half, 0.0, 1.0)), _out(np.clip(center + half, 0.0, 1.0))
+
+
+def clopper_pearson_interval(successes, n, level: float = 0.95):
+    """Exact two-sided Clopper–Pearson interval (vectorised, integer counts):
+    ``[Beta_{alpha/2}(x, n - x + 1), Beta_{1-alpha/2}(x + 1, n - x)]``, with 0 at ``x = 0``
+    and 1 at ``x = n``."""
+    alpha = 1.0 - _level(level)
+    x = np.asarray(successes, dtype=float)
+    m = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        low = np.where(x > 0, stats.beta.ppf(alpha / 2.0, np.maximum(x, 1), m - x + 1), 0.0)
+        high = np.where(x < m, stats.beta.ppf(1.0 - alpha / 2.0, x + 1, np.maximum(m - x, 1)), 1.0)
+    return _out(low), _out(high)
+
+
+def binomial_bounds(successes: int, n: int, level: float = 0.95) -> BinomialBounds:
+    """Exact one-sided Clopper–Pearson bounds (SPEC §8), each with the whole ``alpha``.
+
+    ``success_lower = Beta_alpha(x, n - x + 1)`` (0 when ``x = 0``) and ``success_upper =
+    Beta_{1-alpha}(x + 1, n - x)`` (1 when ``x = n``). With zero failures the closed form
+    ``success_lower = alpha**(1/n)`` is used, so ``failure_upper = 1 - alpha**(1/n)``:
+    20 clean runs bound the failure rate by 13.91 % at 95 %.
+    """
+    n = _count(n, "n", 1)
+    x = _count(successes, "successes", 0)
+    if x > n:
+        raise StatsInputError("successes", f"successes={x} exceed n={n}")
+    alpha = 1.0 - _level(level)
+    if x == n:
+        lower = alpha ** (1.0 / n)
+    elif x == 0:
+        lower = 0.0
+    else:
+        lower = float(stats.beta.ppf(alpha, x, n - x + 1))
+    if x == 0:
+        upper = 1.0 - alpha ** (1.0 / n)
+    elif x == n:
+        upper = 1.0
+    else:
+        upper = float(stats.beta.ppf(1.0 - alpha, x + 1, n - x))
+    return BinomialBounds(x, n, level, lower, upper, 1.0 - upper, 1.0 - lower)
