@@ -79,6 +79,19 @@ def _window(n: int, lo: int, hi: int) -> np.ndarray:
     return g
 
 
+def _power(z: np.ndarray, k: int) -> np.ndarray:
+    """``z**k`` for ``k >= 1`` by repeated squaring, in place on ``z``: numpy's complex power
+    is 3x slower for small ``k`` and goes through ``exp(k·log z)`` (40x slower) past 100."""
+    out = None
+    while True:
+        if k & 1:
+            out = z.copy() if out is None else np.multiply(out, z, out=out)
+        k >>= 1
+        if not k:
+            return out
+        np.multiply(z, z, out=z)
+
+
 def _fourier_cdf(
     pmf: np.ndarray, values: tuple[int, ...], k: int, lo: int, c: int, n: int, eps: float = EPS_TERM
 ) -> np.ndarray:
@@ -109,7 +122,7 @@ def _fourier_cdf(
         z = np.empty((len(p), top), dtype=np.complex128)
         z.real = re[:, :top]
         z.imag = im[:, :top]
-        z **= k  # numpy: repeated squaring for an integer power
+        z = _power(z, k)
         out[i : i + len(p)] += (2.0 / n) * (z.view(np.float64) @ g[: 2 * top])
     return out
 
@@ -311,25 +324,26 @@ def berry_esseen_bracket(
 
 class Histograms:
     """The observed counts of a block of cases and what every threshold needs from them:
-    ``counts [V, cases]`` (float32, exact) over ``values``, ``k``, ``Σv``, ``Σv²``, least and
-    largest observed value. Built once per block; ``Tails`` at several thresholds share it."""
+    ``counts [cases, V]`` (float32, exact, a row per case) over ``values``, ``k``, ``Σv``,
+    ``Σv²``, least and largest observed value. Built once per block; ``Tails`` at several
+    thresholds share it."""
 
     def __init__(self, counts: np.ndarray, values: np.ndarray):
         self.counts = counts
         self.values = np.asarray(values, dtype=np.int64)
         vals = self.values.astype(np.float64)
-        kmax = float(counts.shape[1] and counts.max(axis=None)) * len(vals)
+        kmax = float(counts.shape[0] and counts.max(axis=None)) * len(vals)
         # float32 sums are exact while they stay below 2**24 (the common case: fifths, k < 500)
         dt = np.float32 if kmax * float(np.max(vals * vals, initial=1.0)) < 2**24 else np.float64
-        self.k = counts.sum(axis=0, dtype=dt).astype(np.int64)
-        self.s = (vals.astype(dt) @ counts.astype(dt, copy=False)).astype(np.float64)
-        self.q = ((vals * vals).astype(dt) @ counts.astype(dt, copy=False)).astype(np.float64)
-        self.vlo = np.full(len(self.k), vals[-1])
-        self.vhi = np.full(len(self.k), vals[0])
-        for i in range(len(vals)):  # least and largest value present, ascending values
-            present = counts[i] > 0
-            np.minimum(self.vlo, np.where(present, vals[i], vals[-1]), out=self.vlo)
-            np.maximum(self.vhi, np.where(present, vals[i], vals[0]), out=self.vhi)
+        c = counts.astype(dt, copy=False)
+        self.k = c.sum(axis=1, dtype=dt).astype(np.int64)
+        self.s = (c @ vals.astype(dt)).astype(np.float64)
+        self.q = (c @ (vals * vals).astype(dt)).astype(np.float64)
+        present = counts > 0
+        first = np.argmax(present, axis=1)  # ascending values: the least present, the largest
+        last = len(vals) - 1 - np.argmax(present[:, ::-1], axis=1)
+        self.vlo = np.where(self.k > 0, vals[first], vals[-1])
+        self.vhi = np.where(self.k > 0, vals[last], vals[0])
 
 
 class Tails:
@@ -351,7 +365,7 @@ class Tails:
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
 
     def _rows(self, idx: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(self.counts[:, idx].T, dtype=np.float64)
+        return self.counts[idx].astype(np.float64)
 
     def settle(self, decide) -> np.ndarray:
         """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
@@ -452,22 +466,6 @@ def _conclude_table(a: float, big_b: int) -> tuple[np.ndarray, np.ndarray]:
     return w, q
 
 
-def _finite_cutoffs(a: float, big_b: int, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per case with uniform ``u``: the wrong-side tail at or below which the case surely
-    concludes, and the one at or above which it surely defers (``P(conclude)`` decreases in the
-    tail; a margin of 1e-12 on ``u`` absorbs rounding), from the table. In between, the rule is
-    evaluated exactly. One look-up per case replaces a binomial CDF per case and stage."""
-    p1, p0 = _saturation(a, big_b)
-    w, q = _conclude_table(a, big_b)
-    neg = -q  # increasing
-    n_above = np.searchsorted(neg, -(u + 1e-12), side="left")  # grid points with q > u + 1e-12
-    sure = np.where(n_above > 0, w[np.maximum(n_above - 1, 0)], p1)
-    first_below = np.searchsorted(neg, -(u - 1e-12), side="right")  # first grid point with q < u - 1e-12
-    never = np.where(first_below < _GRID, w[np.minimum(first_below, _GRID - 1)], p0)
-    never = np.where(u > 0, never, np.inf)  # u = 0 concludes whenever P(conclude) > 0
-    return np.maximum(sure, p1), never
-
-
 def bootstrap_decisions(
     values: np.ndarray,
     summer,
@@ -490,9 +488,9 @@ def bootstrap_decisions(
     """
     if ("lattice",) not in cache:
         vals = np.unique(values)
-        counts = np.empty((len(vals), ssum.size), dtype=np.float32)  # [V, cases]: exact small integers
+        counts = np.empty((ssum.size, len(vals)), dtype=np.float32)  # [cases, V]: exact small integers
         for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
-            counts[i] = np.rint(summer((values == v).astype(np.float32))).ravel()
+            counts[:, i] = np.rint(summer((values == v).astype(np.float32))).ravel()
         cache[("lattice",)] = Histograms(counts, vals)
     key = ("lattice", f"{theta!r}")
     if key not in cache:
@@ -506,25 +504,36 @@ def bootstrap_decisions(
         def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
             return R.bootstrap_from_tail(p, pos[i], a, "exact")
     else:
-        uf = np.asarray(u).ravel()
-        p1, p0 = _saturation(float(a), int(resamples))
-        w_sure = np.full(len(uf), np.nan)  # per-case cutoffs, looked up when first needed
-        w_never = np.full(len(uf), np.nan)
-
-        def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
-            ps, ui = pos[i], uf[i]
-            wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
-            inside = np.flatnonzero((wrong > p1) & ((wrong < p0) | (ui == 0)))
-            todo = i[inside][np.isnan(w_sure[i[inside]])]
-            if len(todo):
-                w_sure[todo], w_never[todo] = _finite_cutoffs(float(a), int(resamples), uf[todo])
-            sure = wrong <= p1
-            never = (wrong >= p0) & (ui > 0)
-            sure[inside] = wrong[inside] <= w_sure[i[inside]]
-            never[inside] = wrong[inside] >= w_never[i[inside]]
-            q = np.where(sure, 1.0, 0.0)
-            mid = np.flatnonzero(~sure & ~never)
-            q[mid] = R.bootstrap_conclude_prob(p[mid], ps[mid], a, int(resamples))
-            return np.where(ui < q, np.where(ps, R.ACCEPT, R.REJECT), R.DEFER).astype(np.int8)
+        decide = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
 
     return tails.settle(decide).reshape(ssum.shape)
+
+
+def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
+    """The finite-B decision as a function of a tail bound: ``u < P(conclude)``, read off the
+    table where one cell settles it and evaluated exactly only where it cannot.
+
+    ``P(conclude)`` decreases in the wrong-side tail ``w``; for ``w`` in the table's range, the
+    grid points three cells around its index bracket ``w`` whatever the rounding of the index,
+    so ``q[j_hi] <= P(conclude) <= q[j_lo]``. A margin of 1e-12 on ``u`` absorbs rounding in
+    the table. One look-up per case and stage replaces a binomial CDF per case and stage.
+    """
+    p1, p0 = _saturation(a, big_b)
+    _, q = _conclude_table(a, big_b)
+    scale = (_GRID - 1) / (p0 - p1) if p0 > p1 else 0.0
+    top = _GRID - 1
+
+    def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
+        ps, ui = pos[i], u[i]
+        wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
+        g = np.floor((wrong - p1) * scale)
+        j_lo = np.clip(g - 1, 0, top).astype(np.intp)
+        j_hi = np.clip(g + 2, 0, top).astype(np.intp)
+        conclude = (wrong <= p1) | ((wrong <= p0) & (ui < q[j_hi] - 1e-12))
+        defer = ((wrong >= p0) & (ui > 0)) | ((wrong >= p1) & (ui >= q[j_lo] + 1e-12))
+        mid = np.flatnonzero(~conclude & ~defer)
+        if len(mid):
+            conclude[mid] = ui[mid] < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
+        return np.where(conclude, np.where(ps, R.ACCEPT, R.REJECT), R.DEFER).astype(np.int8)
+
+    return decide
