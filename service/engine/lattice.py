@@ -93,17 +93,22 @@ def _power(z: np.ndarray, k: int) -> np.ndarray:
 
 
 def _fourier_cdf(
-    pmf: np.ndarray, values: tuple[int, ...], k: int, lo: int, c: int, n: int, eps: float = EPS_TERM
+    pmf: np.ndarray, values: tuple[int, ...], k: int, lo, c: int, n: int, eps: float = EPS_TERM
 ) -> np.ndarray:
     """``Σ_{s=lo}^{c} P(S ≡ s mod n)`` for rows of ``pmf [r, V]`` (``k`` draws), leaving out
     terms with ``|φ_j|^k <= eps`` (error at most ``truncation_error(n, eps)``): the CDF at
-    ``c`` when ``lo`` is the least possible sum and ``n`` exceeds the support."""
+    ``c`` when ``lo`` is the least possible sum and ``n`` exceeds the support.
+
+    ``lo`` is one integer or one per row (windows that start at different sums share the
+    power ``φ^k``; rows sorted by ``lo`` keep the projections per block few)."""
     m = (n - 1) // 2
-    out = np.full(len(pmf), (c - lo + 1) / n)
+    per_row = np.ndim(lo) > 0
+    lows, which = np.unique(lo, return_inverse=True) if per_row else (np.array([lo]), None)
+    out = (c - (lows[which] if per_row else lows[0]) + 1) / n * np.ones(len(pmf))
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
-    g = _window(n, lo, c)
+    gmat = np.stack([_window(n, int(low), c) for low in lows])  # [windows, 2m]
     thr = eps ** (2.0 / k)
     slack = 4e-16 * (len(values) + 2)
     rows_per = max(1, _BLOCK // m)
@@ -122,8 +127,14 @@ def _fourier_cdf(
         z = np.empty((len(p), top), dtype=np.complex128)
         z.real = re[:, :top]
         z.imag = im[:, :top]
-        z = _power(z, k)
-        out[i : i + len(p)] += (2.0 / n) * (z.view(np.float64) @ g[: 2 * top])
+        zf = _power(z, k).view(np.float64)
+        if not per_row:
+            out[i : i + len(p)] += (2.0 / n) * (zf @ gmat[0, : 2 * top])
+            continue
+        w = which[i : i + len(p)]
+        used, col = np.unique(w, return_inverse=True)
+        proj = zf @ gmat[used, : 2 * top].T  # [rows, windows in this block]
+        out[i : i + len(p)] += (2.0 / n) * proj[np.arange(len(p)), col]
     return out
 
 
@@ -194,12 +205,19 @@ def bennett_bracket(
     with np.errstate(divide="ignore", invalid="ignore"):
         var_sum = kq_ss / np.maximum(k, 1.0) * (1.0 + 1e-12)
         mean = s / np.maximum(k, 1.0)
-    hi = np.ones(len(s))
-    lo = np.zeros(len(s))
-    below = np.flatnonzero(s > c)  # c below the mean: P(S <= c) = P(s - S >= s - c)
-    hi[below] = _bennett(s[below] - c[below], var_sum[below], (mean[below] - vlo[below]) * (1.0 + 1e-12))
-    above = np.flatnonzero(c + 1.0 > s)  # c + 1 above the mean: 1 - P(S <= c) = P(S >= c + 1)
-    lo[above] = 1.0 - _bennett(c[above] + 1.0 - s[above], var_sum[above], (vhi[above] - mean[above]) * (1.0 + 1e-12))
+    # s and c are integers in a replay, so a row is on one side of the mean; a row strictly
+    # between c and c + 1 (possible only for other callers) takes both bounds
+    below = s > c  # c below the mean: P(S <= c) = P(s - S >= s - c)
+    bound = _bennett(
+        np.where(below, s - c, c + 1.0 - s),
+        var_sum,
+        np.where(below, mean - vlo, vhi - mean) * (1.0 + 1e-12),
+    )
+    hi = np.where(below, bound, 1.0)
+    lo = np.where(below, 0.0, 1.0 - bound)
+    both = np.flatnonzero(below & (c + 1.0 > s))  # c + 1 above the mean too: 1 - τ = P(S >= c + 1)
+    if len(both):
+        lo[both] = 1.0 - _bennett(c[both] + 1.0 - s[both], var_sum[both], (vhi[both] - mean[both]) * (1.0 + 1e-12))
     hi = np.minimum(1.0, hi * (1.0 + SLACK) + SLACK)
     lo = np.maximum(0.0, lo * (1.0 - SLACK) - SLACK)
     below = c < k * vlo
@@ -208,6 +226,9 @@ def bennett_bracket(
     hi = np.where(below, 0.0, np.where(above, 1.0, hi))
     return lo, hi
 
+
+_FINGERPRINT = np.random.default_rng(20261201).random(64) + 1.0
+"""Weights of a histogram's fingerprint (fixed, so the same rows always merge the same way)."""
 
 EPS_ALIAS = 1e-4
 """Target mass of ``S`` outside the window of an approximate tail (bounded by Bennett)."""
@@ -222,6 +243,25 @@ def _bernstein_reach(var_sum: np.ndarray, b: np.ndarray, log_inv: float) -> np.n
     return lb + np.sqrt(lb * lb + 2.0 * var_sum * log_inv)
 
 
+def _group_order(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.ndarray:
+    """An order of the rows sorted by ``keys`` (integers, the first most significant) and,
+    within equal keys, with equal fingerprints adjacent: ``np.lexsort((fingerprint, *keys[::-1]))``
+    up to the order among fingerprints, three times faster (the keys become one dense id,
+    sorted stably by radix when there are few, after an unstable sort by fingerprint)."""
+    composite = np.zeros(len(fingerprint), dtype=np.int64)
+    scale = 1
+    for key in keys:
+        lo, width = int(key.min(initial=0)), int(key.max(initial=0)) - int(key.min(initial=0)) + 1
+        scale *= width
+        if scale >= 2**62:
+            return np.lexsort((fingerprint, *keys[::-1]))
+        composite = composite * width + (key - lo)
+    ids, dense = np.unique(composite, return_inverse=True)
+    by_fp = np.argsort(fingerprint)
+    dense = dense[by_fp].astype(np.uint16 if len(ids) <= 1 << 16 else np.int64)
+    return by_fp[np.argsort(dense, kind="stable")]
+
+
 def approx_bracket(
     hist: np.ndarray,
     values: np.ndarray,
@@ -234,56 +274,73 @@ def approx_bracket(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` from a short characteristic-function sum.
 
-    With ``n`` below the support of ``S``, the sum over a window ``[c-A, c+A]`` (``n = 2A+1``)
-    gives the law of ``S mod n``: it exceeds ``P(c-A <= S <= c)`` by at most the mass above
-    the window and misses the mass below it, so ``τ`` lies in ``[val - e_hi, val + e_lo]``
-    with ``e_lo, e_hi`` Bennett's bounds on those masses. Rows are grouped by ``(k, c)`` and by
-    the window they need (a power of two), and terms with ``|φ_j|^k <= EPS_APPROX`` are left out.
+    With ``n`` below the support of ``S``, the sum over a window ``[L, L+n-1]`` that holds
+    ``c`` gives the law of ``S mod n``: ``Σ_{L<=x<=c} P(S ≡ x)`` exceeds ``P(L <= S <= c)`` by
+    at most the mass above the window and misses the mass below it, so ``τ`` lies in
+    ``[val - e_hi, val + e_lo]`` with ``e_lo, e_hi`` Bennett's bounds on those masses. The
+    window spans the law's bulk (Bernstein's reach for ``EPS_ALIAS`` either side of the mean)
+    and ``c``, its length rounded up to four sizes per octave and its start to a multiple of
+    a quarter-octave step, so rows share it; rows with the same ``(k, c, n)`` share one call,
+    and terms with ``|φ_j|^k <= EPS_APPROX`` are left out.
     """
-    hist = np.asarray(hist, dtype=np.float64)
+    hist = np.asarray(hist)
     values = np.asarray(values, dtype=np.int64)
     vt = tuple(int(v) for v in values)
     span = int(values.max() - values.min())
+    k = np.asarray(k, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
     kf = k.astype(np.float64)
     var_sum = np.maximum(kf * q - s * s, 0.0) / np.maximum(kf, 1.0) * (1.0 + 1e-12)
     mean = s / np.maximum(kf, 1.0)
     b_lo = (mean - vlo) * (1.0 + 1e-12)
     b_hi = (vhi - mean) * (1.0 + 1e-12)
     log_inv = math.log(1.0 / EPS_ALIAS)
-    need = np.maximum(
-        c - s + _bernstein_reach(var_sum, b_lo, log_inv), s - c + _bernstein_reach(var_sum, b_hi, log_inv)
-    )
-    need = np.maximum(need, 1.0)
-    step = 2 ** np.maximum(np.floor(np.log2(need)).astype(np.int64) - 1, 0)  # two window sizes per octave
-    half = (np.ceil(need / step) * step).astype(np.int64)
+    first = np.minimum(np.floor(s - _bernstein_reach(var_sum, b_lo, log_inv)), c).astype(np.int64)
+    last = np.maximum(np.ceil(s + _bernstein_reach(var_sum, b_hi, log_inv)), c).astype(np.int64)
+    width = last - first + 1
+    step = 2 ** np.maximum(np.floor(np.log2(width)).astype(np.int64) - 2, 0)
+    below = -(-(c - first) // step) * step  # c - L, rounded up: the window starts at or before `first`
+    n = -(-(below + (last - c) + 1) // step) * step
+    n += 1 - n % 2  # odd: no Nyquist term
+    low_v = int(values.min())
     exact_n = span * k + 1
-    use_exact = 2 * half + 1 >= exact_n
-    half = np.where(use_exact, 0, half)
-    # mass outside the window [c - A, c + A], per row (zero when the window holds the support)
-    aliased = half > 0
-    e_lo = np.where(aliased, _bennett(s - (c - half - 1), var_sum, b_lo), 0.0)  # P(S <= c-A-1)
-    e_hi = np.where(aliased, _bennett((c + half + 1) - s, var_sum, b_hi), 0.0)  # P(S >= c+A+1)
+    exact_n += 1 - exact_n % 2
+    use_exact = n >= exact_n  # the whole support fits: no aliasing
+    n = np.where(use_exact, exact_n, n)
+    start = np.where(use_exact, low_v * k, c - below)
+    e_lo = np.where(use_exact, 0.0, _bennett(s - (start - 1), var_sum, b_lo))  # P(S <= L-1)
+    e_hi = np.where(use_exact, 0.0, _bennett((start + n) - s, var_sum, b_hi))  # P(S >= L+n)
     val = np.empty(len(hist))
     err = np.empty(len(hist))
-    order = np.lexsort((half, c, k))
-    key = np.stack([k[order], c[order], half[order]])
+    # equal histograms have equal (k, c, n, start) and, last in the sort, equal fingerprints,
+    # so each run of them is computed once; a run is checked row by row before it is merged
+    # (two histograms sharing a fingerprint would only cost the saving, never an answer)
+    n_v = hist.shape[1]
+    weights = _FINGERPRINT[:n_v] if n_v <= len(_FINGERPRINT) else np.zeros(n_v)
+    fingerprint = (hist.astype(np.float64) @ weights).view(np.int64)  # bits: lexsort is slow on floats
+    order = _group_order((k, c, n, start), fingerprint)
+    key = np.stack([k[order], c[order], n[order]])
     edges = np.flatnonzero(np.r_[True, np.any(key[:, 1:] != key[:, :-1], axis=0), True])
-    low_v = int(values.min())
+    fp, st = fingerprint[order], start[order]
     for a, b in zip(edges[:-1], edges[1:], strict=True):
         rows = order[a:b]
-        kk, cc, hh = int(key[0, a]), int(key[1, a]), int(key[2, a])
-        if hh == 0:  # the whole support fits: no aliasing
-            n = span * kk + 1
-            n += 1 - n % 2
-            low = low_v * kk
-            if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
-                val[rows] = 0.0 if cc < low else 1.0
-            else:
-                val[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, low, cc, n, EPS_APPROX)
-        else:
-            n = 2 * hh + 1
-            val[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, cc - hh, cc, n, EPS_APPROX)
-        err[rows] = truncation_error(n, EPS_APPROX) + 1e-12
+        kk, cc, nn = int(key[0, a]), int(key[1, a]), int(key[2, a])
+        low = low_v * kk
+        if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
+            val[rows] = 0.0 if cc < low else 1.0
+            err[rows] = 0.0
+            e_lo[rows] = e_hi[rows] = 0.0
+            continue
+        h = hist[rows]
+        new_run = np.r_[True, (fp[a + 1 : b] != fp[a : b - 1]) | (st[a + 1 : b] != st[a : b - 1])]
+        run = np.cumsum(new_run) - 1
+        heads = np.flatnonzero(new_run)
+        if not np.array_equal(h, h[heads][run]):  # a shared fingerprint: no merging in this group
+            heads = run = np.arange(len(rows))
+        pmf = h[heads].astype(np.float64)
+        pmf /= kk
+        val[rows] = _fourier_cdf(pmf, vt, kk, st[a:b][heads], cc, nn, EPS_APPROX)[run]
+        err[rows] = truncation_error(nn, EPS_APPROX) + 1e-12
     lo = val - e_hi - err
     hi = val + e_lo + err
     lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
@@ -296,23 +353,23 @@ iid summands with ``ρ = E|X - μ|³``."""
 
 
 def berry_esseen_bracket(
-    hist: np.ndarray, values: np.ndarray, k: np.ndarray, s: np.ndarray, q: np.ndarray, c: np.ndarray
+    k: np.ndarray, s: np.ndarray, q: np.ndarray, vlo: np.ndarray, vhi: np.ndarray, c: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` from the normal law and the Berry–Esseen bound: it
-    decides cases near the middle of the resampling law, where Bennett says nothing."""
+    decides cases near the middle of the resampling law, where Bennett says nothing.
+
+    ``ρ = E|X - μ|³`` is bounded by ``σ²·max|X - μ|`` (``max`` over the observed values), which
+    needs no pass over the histogram; it is exact for two-point laws and within about 30 % for
+    the others, so the bracket is a little wider than with ``ρ`` itself."""
     from scipy.special import ndtr
 
-    kf = np.maximum(k.astype(np.float64), 1.0)
+    kf = np.maximum(np.asarray(k, dtype=np.float64), 1.0)
     mean = s / kf
     var = np.maximum(kf * q - s * s, 0.0) / (kf * kf)
-    rho = np.zeros(len(hist))
-    for i, v in enumerate(np.asarray(values, dtype=np.float64)):
-        d = np.abs(v - mean)
-        rho += hist[:, i] * d * d * d
-    rho /= kf
+    reach = np.maximum(mean - vlo, vhi - mean)
     with np.errstate(divide="ignore", invalid="ignore"):
         sd = np.sqrt(var * kf)
-        err = BERRY_ESSEEN * rho / (var * np.sqrt(var) * np.sqrt(kf)) * (1.0 + 1e-9) + SLACK
+        err = BERRY_ESSEEN * reach / (np.sqrt(var) * np.sqrt(kf)) * (1.0 + 1e-9) + SLACK
         hi = ndtr((c - s) / sd) + err
         lo = ndtr((c + 1 - s) / sd) - err
     ok = var > 0
@@ -335,15 +392,29 @@ class Histograms:
         kmax = float(counts.shape[0] and counts.max(axis=None)) * len(vals)
         # float32 sums are exact while they stay below 2**24 (the common case: fifths, k < 500)
         dt = np.float32 if kmax * float(np.max(vals * vals, initial=1.0)) < 2**24 else np.float64
-        c = counts.astype(dt, copy=False)
-        self.k = c.sum(axis=1, dtype=dt).astype(np.int64)
-        self.s = (c @ vals.astype(dt)).astype(np.float64)
-        self.q = (c @ (vals * vals).astype(dt)).astype(np.float64)
+        moments = np.stack([np.ones_like(vals), vals, vals * vals], axis=1).astype(dt)
+        kq = counts.astype(dt, copy=False) @ moments  # [cases, 3]: k, Σv, Σv²
+        self.k = kq[:, 0].astype(np.int64)
+        self.s = kq[:, 1].astype(np.float64)
+        self.q = kq[:, 2].astype(np.float64)
+        lo_i, hi_i = _present_range(counts)
+        self.vlo = np.where(self.k > 0, vals[lo_i], vals[-1])
+        self.vhi = np.where(self.k > 0, vals[hi_i], vals[0])
+
+
+def _present_range(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``counts [cases, V]``: the first and last column that is not 0 (0 for an
+    empty row). The columns present form a bit code (exact in float64 up to 53 columns), whose
+    lowest and highest set bit ``frexp`` reads off; a reduction along the short axis would be
+    several times slower."""
+    n_v = counts.shape[1]
+    if n_v > 53:
         present = counts > 0
-        first = np.argmax(present, axis=1)  # ascending values: the least present, the largest
-        last = len(vals) - 1 - np.argmax(present[:, ::-1], axis=1)
-        self.vlo = np.where(self.k > 0, vals[first], vals[-1])
-        self.vhi = np.where(self.k > 0, vals[last], vals[0])
+        return np.argmax(present, axis=1), n_v - 1 - np.argmax(present[:, ::-1], axis=1)
+    dt = np.float32 if n_v <= 24 else np.float64
+    code = ((counts > 0).astype(dt) @ (2.0 ** np.arange(n_v)).astype(dt)).astype(np.int64)
+    low_bit = code & -code
+    return np.frexp(low_bit)[1] - 1, np.maximum(np.frexp(code)[1] - 1, 0)
 
 
 class Tails:
@@ -365,7 +436,7 @@ class Tails:
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
 
     def _rows(self, idx: np.ndarray) -> np.ndarray:
-        return self.counts[idx].astype(np.float64)
+        return self.counts[idx]  # float32: exact counts; the kernels take float64 pmfs of them
 
     def settle(self, decide) -> np.ndarray:
         """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
@@ -383,7 +454,7 @@ class Tails:
             else:
                 if stage == 1:
                     lo, hi = berry_esseen_bracket(
-                        self._rows(idx), self.values, self.k[idx], self.s[idx], self.q[idx], self.c[idx]
+                        self.k[idx], self.s[idx], self.q[idx], self.vlo[idx], self.vhi[idx], self.c[idx]
                     )
                 else:
                     lo, hi = approx_bracket(

@@ -105,7 +105,7 @@ def test_every_bracket_contains_the_exact_tail(vi):
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     brackets = {
         "bennett": LT.bennett_bracket(k, s, q, vlo, vhi, c),
-        "berry_esseen": LT.berry_esseen_bracket(hist, values, k, s, q, c),
+        "berry_esseen": LT.berry_esseen_bracket(k, s, q, vlo, vhi, c),
         "approx": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi),
     }
     for name, (lo, hi) in brackets.items():
