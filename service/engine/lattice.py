@@ -132,9 +132,9 @@ def _fourier_cdf(
             out[i : i + len(p)] += (2.0 / n) * (zf @ gmat[0, : 2 * top])
             continue
         w = which[i : i + len(p)]
-        used, col = np.unique(w, return_inverse=True)
-        proj = zf @ gmat[used, : 2 * top].T  # [rows, windows in this block]
-        out[i : i + len(p)] += (2.0 / n) * proj[np.arange(len(p)), col]
+        first = int(w.min())
+        proj = zf @ gmat[first : int(w.max()) + 1, : 2 * top].T  # [rows, windows of this block]
+        out[i : i + len(p)] += (2.0 / n) * proj[np.arange(len(p)), w - first]
     return out
 
 
@@ -243,6 +243,16 @@ def _bernstein_reach(var_sum: np.ndarray, b: np.ndarray, log_inv: float) -> np.n
     return lb + np.sqrt(lb * lb + 2.0 * var_sum * log_inv)
 
 
+def fingerprints(hist: np.ndarray) -> np.ndarray:
+    """A 64-bit fingerprint per histogram row (equal rows, equal fingerprints), for sorting."""
+    n_v = hist.shape[1]
+    weights = _FINGERPRINT[:n_v] if n_v <= len(_FINGERPRINT) else np.zeros(n_v)
+    out = np.zeros(len(hist))
+    for i in range(n_v):  # column by column, as bootstrap_decisions builds it
+        out += np.asarray(hist[:, i], dtype=np.float64) * weights[i]
+    return out.view(np.int64)  # bits: sorts as integers
+
+
 def _group_order(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.ndarray:
     """An order of the rows sorted by ``keys`` (integers, the first most significant) and,
     within equal keys, with equal fingerprints adjacent: ``np.lexsort((fingerprint, *keys[::-1]))``
@@ -271,6 +281,7 @@ def approx_bracket(
     q: np.ndarray,
     vlo: np.ndarray,
     vhi: np.ndarray,
+    fingerprint: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` from a short characteristic-function sum.
 
@@ -310,37 +321,37 @@ def approx_bracket(
     start = np.where(use_exact, low_v * k, c - below)
     e_lo = np.where(use_exact, 0.0, _bennett(s - (start - 1), var_sum, b_lo))  # P(S <= L-1)
     e_hi = np.where(use_exact, 0.0, _bennett((start + n) - s, var_sum, b_hi))  # P(S >= L+n)
-    val = np.empty(len(hist))
-    err = np.empty(len(hist))
     # equal histograms have equal (k, c, n, start) and, last in the sort, equal fingerprints,
-    # so each run of them is computed once; a run is checked row by row before it is merged
-    # (two histograms sharing a fingerprint would only cost the saving, never an answer)
-    n_v = hist.shape[1]
-    weights = _FINGERPRINT[:n_v] if n_v <= len(_FINGERPRINT) else np.zeros(n_v)
-    fingerprint = (hist.astype(np.float64) @ weights).view(np.int64)  # bits: lexsort is slow on floats
+    # so each run of them is computed once; a group's runs are checked row by row before they
+    # are merged (two histograms sharing a fingerprint would only cost the saving)
+    if fingerprint is None:
+        fingerprint = fingerprints(hist)
     order = _group_order((k, c, n, start), fingerprint)
-    key = np.stack([k[order], c[order], n[order]])
-    edges = np.flatnonzero(np.r_[True, np.any(key[:, 1:] != key[:, :-1], axis=0), True])
-    fp, st = fingerprint[order], start[order]
+    ks, cs, ns, st, fp = k[order], c[order], n[order], start[order], fingerprint[order]
+    hs = hist[order]  # one gather; the groups are slices of it
+    new_group = np.r_[True, (ks[1:] != ks[:-1]) | (cs[1:] != cs[:-1]) | (ns[1:] != ns[:-1])]
+    new_run = new_group | np.r_[True, (fp[1:] != fp[:-1]) | (st[1:] != st[:-1])]
+    edges = np.r_[np.flatnonzero(new_group), len(order)]
+    val = np.empty(len(order))
+    err = np.empty(len(order))
     for a, b in zip(edges[:-1], edges[1:], strict=True):
-        rows = order[a:b]
-        kk, cc, nn = int(key[0, a]), int(key[1, a]), int(key[2, a])
+        kk, cc, nn = int(ks[a]), int(cs[a]), int(ns[a])
         low = low_v * kk
         if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
-            val[rows] = 0.0 if cc < low else 1.0
-            err[rows] = 0.0
-            e_lo[rows] = e_hi[rows] = 0.0
+            val[a:b] = 0.0 if cc < low else 1.0
+            err[a:b] = 0.0
+            e_lo[order[a:b]] = e_hi[order[a:b]] = 0.0
             continue
-        h = hist[rows]
-        new_run = np.r_[True, (fp[a + 1 : b] != fp[a : b - 1]) | (st[a + 1 : b] != st[a : b - 1])]
-        run = np.cumsum(new_run) - 1
-        heads = np.flatnonzero(new_run)
+        h = hs[a:b]
+        heads = np.flatnonzero(new_run[a:b])
+        run = np.cumsum(new_run[a:b]) - 1
         if not np.array_equal(h, h[heads][run]):  # a shared fingerprint: no merging in this group
-            heads = run = np.arange(len(rows))
+            heads = run = np.arange(b - a)
         pmf = h[heads].astype(np.float64)
         pmf /= kk
-        val[rows] = _fourier_cdf(pmf, vt, kk, st[a:b][heads], cc, nn, EPS_APPROX)[run]
-        err[rows] = truncation_error(nn, EPS_APPROX) + 1e-12
+        val[a:b] = _fourier_cdf(pmf, vt, kk, st[a:b][heads], cc, nn, EPS_APPROX)[run]
+        err[a:b] = truncation_error(nn, EPS_APPROX) + 1e-12
+    val[order], err[order] = val.copy(), err.copy()
     lo = val - e_hi - err
     hi = val + e_lo + err
     lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
@@ -382,12 +393,13 @@ def berry_esseen_bracket(
 class Histograms:
     """The observed counts of a block of cases and what every threshold needs from them:
     ``counts [cases, V]`` (float32, exact, a row per case) over ``values``, ``k``, ``Σv``,
-    ``Σv²``, least and largest observed value. Built once per block; ``Tails`` at several
-    thresholds share it."""
+    ``Σv²``, least and largest observed value, and a fingerprint of each row. Built once per
+    block; ``Tails`` at several thresholds share it."""
 
-    def __init__(self, counts: np.ndarray, values: np.ndarray):
+    def __init__(self, counts: np.ndarray, values: np.ndarray, fingerprint: np.ndarray | None = None):
         self.counts = counts
         self.values = np.asarray(values, dtype=np.int64)
+        self.fingerprint = fingerprints(counts) if fingerprint is None else fingerprint
         vals = self.values.astype(np.float64)
         kmax = float(counts.shape[0] and counts.max(axis=None)) * len(vals)
         # float32 sums are exact while they stay below 2**24 (the common case: fifths, k < 500)
@@ -430,6 +442,7 @@ class Tails:
     def __init__(self, hist: Histograms, c: np.ndarray):
         self.counts, self.values = hist.counts, hist.values
         self.k, self.s, self.q, self.vlo, self.vhi = hist.k, hist.s, hist.q, hist.vlo, hist.vhi
+        self.fingerprint = hist.fingerprint
         self.c = np.asarray(c, dtype=np.int64)
         self.lo, self.hi = bennett_bracket(self.k, self.s, self.q, self.vlo, self.vhi, self.c)
         self.stage = np.zeros(len(self.c), dtype=np.int8)
@@ -466,6 +479,7 @@ class Tails:
                         self.q[idx],
                         self.vlo[idx],
                         self.vhi[idx],
+                        self.fingerprint[idx],
                     )
                 lo, hi = np.maximum(lo, self.lo[idx]), np.minimum(hi, self.hi[idx])
             self.lo[idx], self.hi[idx] = lo, hi
@@ -560,9 +574,13 @@ def bootstrap_decisions(
     if ("lattice",) not in cache:
         vals = np.unique(values)
         counts = np.empty((ssum.size, len(vals)), dtype=np.float32)  # [cases, V]: exact small integers
+        weights = _FINGERPRINT[: len(vals)] if len(vals) <= len(_FINGERPRINT) else np.zeros(len(vals))
+        fingerprint = np.zeros(ssum.size)
         for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
-            counts[:, i] = np.rint(summer((values == v).astype(np.float32))).ravel()
-        cache[("lattice",)] = Histograms(counts, vals)
+            col = summer((values == v).astype(np.float32)).ravel()  # float32 sums of 0/1: exact
+            counts[:, i] = col
+            fingerprint += col * weights[i]  # as ``fingerprints(counts)``, without a strided pass
+        cache[("lattice",)] = Histograms(counts, vals, fingerprint.view(np.int64))
     key = ("lattice", f"{theta!r}")
     if key not in cache:
         k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
