@@ -167,3 +167,67 @@ def test_staged_decisions_equal_decisions_on_exact_tails(theta):
             np.testing.assert_array_equal(got, want)
     tails, _ = cache[("lattice", f"{theta!r}")]
     assert tails.refined[3] < len(k) / 4  # most cases never needed the exact tail
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 40, 77, 100, 101, 300, 1000])
+def test_power_by_squaring_matches_numpy(k):
+    """``_power`` replaces numpy's complex power (which goes through exp/log past k = 100)."""
+    rng = np.random.default_rng(k)
+    z = np.sqrt(rng.random(500)) * np.exp(2j * np.pi * rng.random(500))  # inside the unit disk
+    z[:5] = np.exp(2j * np.pi * rng.random(5))  # on the circle: |z|^k = 1
+    got = LT._power(z.copy(), k)
+    want = z.astype(np.clongdouble) ** k
+    assert np.abs(got - want).max() < 1e-13 * k
+
+
+def test_present_range_matches_a_scan():
+    rng = np.random.default_rng(5)
+    for n_v in (1, 11, 24, 25, 53, 60):
+        counts = (rng.random((400, n_v)) < 0.2) * rng.integers(1, 9, (400, n_v))
+        counts[:3] = 0  # empty rows
+        counts = counts.astype(np.float32)
+        lo, hi = LT._present_range(counts)
+        for row, a, b in zip(counts, lo, hi, strict=True):
+            present = np.flatnonzero(row > 0)
+            if len(present):
+                assert (a, b) == (present[0], present[-1])
+
+
+def test_group_order_sorts_by_keys_and_keeps_equal_fingerprints_adjacent():
+    rng = np.random.default_rng(8)
+    keys = (rng.integers(0, 4, 3000), rng.integers(-50, 50, 3000), rng.integers(0, 3, 3000))
+    fp = rng.integers(0, 40, 3000)
+    order = LT._group_order(keys, fp)
+    assert sorted(order) == list(range(3000))
+    seq = list(zip(*(key[order] for key in keys), strict=True))
+    assert seq == sorted(seq)  # sorted by the keys, first most significant
+    rows = list(zip(*(key[order] for key in keys), fp[order], strict=True))
+    runs = [row for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
+    assert len(runs) == len(set(runs))  # a (keys, fingerprint) run is never split
+
+
+def test_approx_merges_only_equal_histograms():
+    """Repeated rows are computed once, and only equal rows are merged: with a fingerprint
+    shared by every row, rows of one window group that differ must still get their own
+    brackets. The replay's shape: one threshold per k, histograms drawn from one pair."""
+    values = np.arange(-5, 6)
+    rng = np.random.default_rng(21)
+    p = np.array([0, 0, 0, 1, 2, 40, 3, 1, 0, 0, 0], dtype=np.float64)
+    hist = np.array([rng.multinomial(k, p / p.sum()) for k in rng.choice([6, 12], 1500)], dtype=np.float64)
+    k = hist.sum(axis=1).astype(np.int64)
+    s, q = hist @ values, hist @ (values * values)
+    c = np.where(k == 6, 0, 1).astype(np.int64)
+    present = hist > 0
+    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
+    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    args = (hist, values, c, k, s, q, vlo, vhi)
+    merged = LT.approx_bracket(*args)
+    clash = LT.approx_bracket(*args, np.zeros(len(hist), dtype=np.int64))
+    alone = np.array([[b[0] for b in LT.approx_bracket(*(x[i : i + 1] if x is not values else x for x in args))]
+                      for i in range(len(hist))])
+    assert len(np.unique(hist, axis=0)) < len(hist) / 2  # duplicates to merge
+    exact = LT.tail(hist, values, c)
+    for lo, hi in (merged, clash):
+        assert np.all(lo <= exact + 1e-12) and np.all(exact <= hi + 1e-12)  # each row's own bracket
+        # alone, a row may leave out terms below EPS_APPROX that its block kept
+        np.testing.assert_allclose(np.stack([lo, hi], axis=1), alone, rtol=0, atol=1e-5)
