@@ -26,11 +26,11 @@ and ``λ⁻_i = min(max(−g_i, 0), ρ/(1 − c_i))`` with ``ρ = 3/4`` (so ever
 Everything is a prefix sum over the steps, so paths are evaluated as cumulative sums:
 many cases at once in replay, one path per live decision, the same arithmetic for both.
 
-The confidence sequence: keeping the same ``g_i`` (fixed by ``θ_X``) and truncating at each
-``μ``, every factor of ``K⁺_t(μ)`` falls as ``μ`` grows and every factor of ``K⁻_t(μ)`` rises, so
-``{μ : K⁺_t(μ) < 1/a and K⁻_t(μ) < 1/a}`` is an interval; each bound holds at level ``a`` at
-every ``t`` at once (valid after optional stopping), and it excludes ``θ_X`` exactly when the
-rule concludes on its wealth.
+The confidence sequence ``{μ : K⁺_t(μ) < 1/a and K⁻_t(μ) < 1/a}``, each ``μ`` tested with bets
+aimed at it as the decision's are at ``θ_X``: each bound holds at level ``a`` at every ``t`` at
+once (valid after optional stopping), and it excludes ``θ_X`` exactly when the rule concludes on
+its wealth. ``K⁺`` rejects a lower ray of means and ``K⁻`` an upper one, so it is an interval
+whose two ends are found by root-finding (``confidence_sequence``).
 """
 
 from __future__ import annotations
@@ -141,55 +141,95 @@ def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> 
     }
 
 
-def _excluded(x: np.ndarray, n: int, mu: np.ndarray, a: float) -> np.ndarray:
-    """Whether each candidate mean ``μ`` is outside the confidence sequence at the last step of
-    ``x``: its own test (bets aimed at ``μ``, as the decision's are at ``θ_X``) has reached ``1/a``
-    on either side at that step."""
-    mu = np.asarray(mu, dtype=np.float64)[:, None]
-    # ``_steps`` on ``x`` repeated once per candidate, with the parts that do not depend on μ
-    # (running sums, mean, variance) computed once: the same values, a third of the work.
-    k = len(x)
-    i = np.arange(1, k + 1, dtype=np.float64)
-    s_prev = np.cumsum(x) - x
-    q_prev = np.cumsum(x * x) - x * x
-    c = (n * mu - s_prev) / (n - i + 1.0)
-    var = (0.25 + np.maximum(q_prev - s_prev * s_prev / np.maximum(i - 1.0, 1.0), 0.0)) / i
-    edge = (0.5 + s_prev) / i - c
-    g = edge / (var + edge * edge)
-    up, dn = _log_wealth(x[None, :], c, *_bets(g, c))
-    log_inv_a = math.log(1.0 / a)
-    return (up[:, -1] >= log_inv_a) | (dn[:, -1] >= log_inv_a)
+class _Wealth:
+    """``ln K⁺_t(μ)`` and ``ln K⁻_t(μ)`` at the last step of ``x``, each ``μ`` tested with bets
+    aimed at it (the construction of the decision, at ``θ_X``): the parts of ``_steps`` that do
+    not depend on ``μ`` (running sums, mean, variance) are computed once, in the same arithmetic,
+    so at ``μ = θ_X`` the values are the decision's own."""
+
+    def __init__(self, x: np.ndarray, n: int):
+        k = len(x)
+        i = np.arange(1, k + 1, dtype=np.float64)
+        self.x, self.n = x, n
+        self.s_prev = np.cumsum(x) - x
+        q_prev = np.cumsum(x * x) - x * x
+        self.rem = n - i + 1.0
+        self.var = (0.25 + np.maximum(q_prev - self.s_prev * self.s_prev / np.maximum(i - 1.0, 1.0), 0.0)) / i
+        self.mu_hat = (0.5 + self.s_prev) / i
+
+    def __call__(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        c = (self.n * np.asarray(mu, dtype=np.float64)[:, None] - self.s_prev) / self.rem
+        edge = self.mu_hat - c
+        g = edge / (self.var + edge * edge)
+        up, dn = _log_wealth(self.x[None, :], c, *_bets(g, c))
+        return up[:, -1], dn[:, -1]
 
 
-def _first_last_included(x: np.ndarray, n: int, mus: np.ndarray, a: float, block: int = 32) -> np.ndarray:
-    """``[first, last]``: the first and the last index of ``mus`` that ``_excluded`` keeps (empty
-    when it keeps none), as testing them all would give (each candidate is tested on its own),
-    testing blocks inwards from both ends: the candidates far from the sample mean, most of the
-    grid on a short run, are rejected without testing the middle."""
-    m = len(mus)
-    for lo in range(0, m, block):
-        kept = np.flatnonzero(~_excluded(x, n, mus[lo : lo + block], a))
-        if len(kept):
-            first, last, tested = lo + int(kept[0]), lo + int(kept[-1]), min(lo + block, m)
+XTOL = 1e-13
+"""Width (in ``X``) of the bracket each end of the confidence sequence is narrowed to."""
+
+
+def _ends(wealth: _Wealth, out: list[float], inn: list[float], f_out: list[float], f_in: list[float],
+          log_inv_a: float) -> list[float]:
+    """Both ends of the confidence sequence at once: the lower where ``ln K⁺(μ)`` falls to
+    ``ln(1/a)`` (``out[0]`` rejected by ``K⁺``, ``inn[0]`` kept), the upper where ``ln K⁻(μ)``
+    rises to it (``inn[1]`` kept, ``out[1]`` rejected by ``K⁻``); an end given with
+    ``out == inn`` is already known; ``f_out``, ``f_in``: that end's ``ln K − ln(1/a)`` there.
+    Returns the kept end of each bracket once it is ``XTOL`` wide: a mean the test keeps,
+    within ``XTOL`` of one it rejects.
+
+    Each step tests, per end, the secant point of the bracket, two guards at ``±e`` around it
+    (``e`` half the secant's last move: near the crossing the secant's error is much smaller,
+    so the guards usually straddle it and the bracket falls to ``2e``) and the midpoint (so the
+    bracket at least halves, whatever the shape of the process): one vectorised evaluation of
+    eight means. The new bracket is the kept point nearest the rejected end and its rejected
+    neighbour, as a scan of the tested points would give. About five steps to ``XTOL``."""
+    out, inn, f_out, f_in = list(out), list(inn), list(f_out), list(f_in)
+    move = [abs(out[j] - inn[j]) / 4.0 for j in (0, 1)]
+    last = [math.nan, math.nan]
+    for _ in range(100):
+        if all(abs(out[j] - inn[j]) <= XTOL for j in (0, 1)):
             break
-    else:
-        return np.zeros(0, dtype=np.intp)
-    for hi in range(m, tested, -block):
-        start = max(hi - block, tested)
-        kept = np.flatnonzero(~_excluded(x, n, mus[start:hi], a))
-        if len(kept):
-            last = start + int(kept[-1])
-            break
-    return np.array([first, last], dtype=np.intp)
+        pts: list[list[float]] = []
+        for j in (0, 1):
+            o, i, w = out[j], inn[j], abs(out[j] - inn[j])
+            mid = 0.5 * (o + i)
+            if w <= XTOL:
+                pts.append([mid] * 4)
+                continue
+            p = i - f_in[j] * (o - i) / (f_out[j] - f_in[j]) if f_out[j] != f_in[j] else mid
+            if not (min(o, i) < p < max(o, i)):
+                p = mid
+            if not math.isnan(last[j]):
+                move[j] = abs(p - last[j])
+            last[j] = p
+            e = max(0.5 * move[j], XTOL / 4.0)
+            pts.append([q if min(o, i) < q < max(o, i) else mid for q in (p - e, p, p + e)] + [mid])
+        up, dn = wealth(np.array(pts[0] + pts[1]))
+        for j in (0, 1):
+            f = (up[:4] if j == 0 else dn[4:]) - log_inv_a
+            cand = sorted(zip(pts[j], f.tolist(), strict=True), key=lambda pf, o=out[j]: abs(pf[0] - o))
+            for q, fq in cand:  # nearest the rejected end first
+                if fq < 0.0:
+                    inn[j], f_in[j] = q, fq
+                    break
+                out[j], f_out[j] = q, fq
+    return inn
 
 
-def confidence_sequence(x: np.ndarray, n: int, a: float, grid: int = 256) -> tuple[float, float]:
+def confidence_sequence(x: np.ndarray, n: int, a: float) -> tuple[float, float]:
     """The confidence sequence for ``μ`` (the mean of ``X``) after the observations ``x``: the
-    hull of the candidate means that no capital process has rejected, within the bounds any
-    completion allows. Each ``μ`` is tested with bets aimed at it (the construction of the
-    decision, at ``θ_X``), so ``θ_X`` is outside it exactly when the rule concludes on wealth;
-    the hull is found on a grid, then each end refined on finer grids. Valid at every ``t`` at
-    once: ``P(∃t: μ ∉ CS_t) <= 2a`` (``a`` per side)."""
+    candidate means that neither capital process has rejected, within the bounds any completion
+    allows. Each ``μ`` is tested with bets aimed at it (``_Wealth``), so ``θ_X`` is outside it
+    exactly when the rule concludes on wealth. Valid at every ``t`` at once:
+    ``P(∃t: μ ∉ CS_t) <= 2a`` (``a`` per side).
+
+    ``K⁺`` rejects a lower ray of means and ``K⁻`` an upper one (each factor of ``K⁺`` falls as
+    ``μ`` grows near the end, and tests/engine/test_betting_hull.py checks the rays on a dense
+    grid with a literal reference), so the set is an interval whose ends are the two crossings
+    of ``ln(1/a)``, found by root-finding from a kept mean (``_ends``) to ``XTOL``. The kept
+    mean is the sample mean, else the first kept point of a 256-point grid; when none is kept
+    (an event of probability <= 2a) the sequence is the sample mean alone."""
     x = np.asarray(x, dtype=np.float64)
     t = len(x)
     if t == 0:
@@ -198,23 +238,25 @@ def confidence_sequence(x: np.ndarray, n: int, a: float, grid: int = 256) -> tup
     lo_any, hi_any = s_t / n, (s_t + n - t) / n
     if hi_any - lo_any <= 1e-12:
         return lo_any, hi_any
-    mus = np.linspace(lo_any, hi_any, grid)
-    inside = _first_last_included(x, n, mus, a)
-    if not len(inside):  # every mean rejected (an event of probability <= 2a): the sample mean
-        m = min(max(s_t / t, lo_any), hi_any)
-        return m, m
-
-    def refine(good: float, bad: float) -> float:
-        # Three rounds of a 64-point grid between the last included and first excluded mean:
-        # the end to 1/(256·64³) of the range, in three vectorised evaluations.
-        for _ in range(3):
-            pts = np.linspace(good, bad, 66)[1:-1]
-            out = _excluded(x, n, pts, a)
-            j = int(np.argmax(out)) if out.any() else len(pts)
-            good, bad = (pts[j - 1] if j else good), (pts[j] if j < len(pts) else bad)
-        return float(good)
-
-    first, last = int(inside[0]), int(inside[-1])
-    lower = lo_any if first == 0 else refine(float(mus[first]), float(mus[first - 1]))
-    upper = hi_any if last == grid - 1 else refine(float(mus[last]), float(mus[last + 1]))
-    return lower, upper
+    wealth = _Wealth(x, n)
+    log_inv_a = math.log(1.0 / a)
+    m = min(max(s_t / t, lo_any), hi_any)
+    up, dn = wealth(np.array([lo_any, m, hi_any]))
+    f_up, f_dn = (up - log_inv_a).tolist(), (dn - log_inv_a).tolist()
+    kept = [u < 0.0 and d < 0.0 for u, d in zip(f_up, f_dn, strict=True)]
+    start = m
+    if not kept[1]:  # look for a kept mean on a grid, nearest the lower bound first
+        grid = np.linspace(lo_any, hi_any, 256)
+        for lo in range(0, len(grid), 32):
+            g_up, g_dn = wealth(grid[lo : lo + 32])
+            hit = np.flatnonzero((g_up < log_inv_a) & (g_dn < log_inv_a))
+            if len(hit):
+                j = int(hit[0])
+                start, f_up[1], f_dn[1] = float(grid[lo + j]), float(g_up[j]) - log_inv_a, float(g_dn[j]) - log_inv_a
+                break
+        else:
+            return m, m
+    # the brackets [lo_any, start] and [start, hi_any]; a kept bound needs no search (empty bracket)
+    out = [start if kept[0] else lo_any, start if kept[2] else hi_any]
+    lower, upper = _ends(wealth, out, [start, start], [f_up[0], f_dn[2]], [f_up[1], f_dn[1]], log_inv_a)
+    return (lo_any if kept[0] else lower), (hi_any if kept[2] else upper)

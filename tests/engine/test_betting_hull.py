@@ -1,55 +1,125 @@
-"""``betting.confidence_sequence`` finds the hull of the kept means by testing blocks inwards
-from both ends of its grid; that must give exactly what testing the whole grid at once gives
-(the straightforward form, written out here), on binary, lattice and continuous runs."""
+"""``betting.confidence_sequence`` finds the two ends of the sequence by root-finding. Checked
+here against a literal reference written from the module's docstring alone: both capital
+processes as a loop over the steps in Python floats, bets aimed at each candidate mean, the
+kept means scanned on a dense grid and each end of their hull bisected to 1e-13. The engine's
+ends must agree to 1e-10 (in ``X``), and the rejected means must form a lower ray (``K⁺``)
+and an upper ray (``K⁻``), which is what makes the root-finding valid."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from service.engine import betting
 
-
-def _whole_grid(x: np.ndarray, n: int, a: float, grid: int = 256) -> tuple[float, float]:
-    t, s_t = len(x), float(x.sum())
-    lo_any, hi_any = s_t / n, (s_t + n - t) / n
-    if hi_any - lo_any <= 1e-12:
-        return lo_any, hi_any
-    mus = np.linspace(lo_any, hi_any, grid)
-    inside = np.flatnonzero(~betting._excluded(x, n, mus, a))
-    if not len(inside):
-        m = min(max(s_t / t, lo_any), hi_any)
-        return m, m
-
-    def refine(good: float, bad: float) -> float:
-        for _ in range(3):
-            pts = np.linspace(good, bad, 66)[1:-1]
-            out = betting._excluded(x, n, pts, a)
-            j = int(np.argmax(out)) if out.any() else len(pts)
-            good, bad = (pts[j - 1] if j else good), (pts[j] if j < len(pts) else bad)
-        return float(good)
-
-    first, last = int(inside[0]), int(inside[-1])
-    lower = lo_any if first == 0 else refine(float(mus[first]), float(mus[first - 1]))
-    upper = hi_any if last == grid - 1 else refine(float(mus[last]), float(mus[last + 1]))
-    return lower, upper
+RHO = 0.75
 
 
-def test_block_search_equals_the_whole_grid() -> None:
+def literal_log_wealth(x: list[float], n: int, mu: float) -> tuple[float, float]:
+    """``ln K⁺_t(μ)``, ``ln K⁻_t(μ)`` after all of ``x``, with aGRAPA bets aimed at ``μ``."""
+    s_prev = q_prev = 0.0
+    up = dn = 0.0
+    for i, xi in enumerate(x, start=1):
+        c = (n * mu - s_prev) / (n - i + 1)
+        mean = (0.5 + s_prev) / i
+        spread = 0.0 if i == 1 else max(q_prev - s_prev * s_prev / (i - 1), 0.0)
+        var = (0.25 + spread) / i
+        g = (mean - c) / (var + (mean - c) ** 2)
+        lam_up = min(max(g, 0.0), RHO / max(c, 1e-9))
+        lam_dn = min(max(-g, 0.0), RHO / max(1.0 - c, 1e-9))
+        up += math.log(1.0 + lam_up * (xi - c))
+        dn += math.log(1.0 - lam_dn * (xi - c))
+        s_prev += xi
+        q_prev += xi * xi
+    return up, dn
+
+
+def literal_sequence(x: list[float], n: int, a: float, grid: int = 241) -> tuple[float, float, bool]:
+    """``(lower, upper, rays)``: the hull of the kept means (dense scan, then each end bisected
+    between its outermost kept grid point and the rejected neighbour), and whether the means
+    ``K⁺`` rejects on the grid form a lower ray and those ``K⁻`` rejects an upper ray."""
+    t, s_t = len(x), sum(x)
+    lo, hi = s_t / n, (s_t + n - t) / n
+    target = math.log(1.0 / a)
+    mus = [lo + (hi - lo) * j / (grid - 1) for j in range(grid)]
+    wealth = [literal_log_wealth(x, n, mu) for mu in mus]
+    up_out = [w[0] >= target for w in wealth]
+    dn_out = [w[1] >= target for w in wealth]
+    rays = up_out == sorted(up_out, reverse=True) and dn_out == sorted(dn_out)
+    kept = [j for j in range(grid) if not (up_out[j] or dn_out[j])]
+    assert kept, "every mean rejected: pick another case"
+
+    def bisect(good: float, bad: float) -> float:
+        while abs(good - bad) > 1e-13:
+            mid = 0.5 * (good + bad)
+            u, d = literal_log_wealth(x, n, mid)
+            good, bad = (mid, bad) if u < target and d < target else (good, mid)
+        return good
+
+    first, last = kept[0], kept[-1]
+    lower = lo if first == 0 else bisect(mus[first], mus[first - 1])
+    upper = hi if last == grid - 1 else bisect(mus[last], mus[last + 1])
+    return lower, upper, rays
+
+
+def _case(rng: np.random.Generator, trial: int) -> tuple[np.ndarray, int, float]:
+    k = int(rng.integers(2, 160))
+    n = k + int(rng.integers(1, 300))
+    a = (0.05, 0.01, 0.1, 0.3)[trial % 4]
+    kind = trial % 3
+    if kind == 0:  # 0/1 outcomes
+        d = (rng.random(k) < rng.uniform(0.2, 0.9)).astype(float) - (rng.random(k) < 0.5)
+    elif kind == 1:  # a lattice of step 1/4
+        d = rng.integers(-4, 5, k) / 4
+    else:  # continuous
+        d = np.round(rng.uniform(-1, 1, k), 5)
+    return (d + 1.0) / 2.0, n, a
+
+
+def test_ends_match_the_literal_hull() -> None:
     rng = np.random.default_rng(7)
-    seen_edge = 0
-    for trial in range(150):
-        k = int(rng.integers(1, 300))
-        n = k + int(rng.integers(0, 400))
-        a = (0.05, 0.01, 0.1, 0.3)[trial % 4]
-        kind = trial % 3
-        if kind == 0:
-            d = (rng.random(k) < rng.uniform(0.2, 0.9)).astype(float) - (rng.random(k) < 0.5)
-        elif kind == 1:
-            d = rng.integers(-4, 5, k) / 4
-        else:
-            d = np.round(rng.uniform(-1, 1, k), 5)
-        x = (d + 1.0) / 2.0
-        got = betting.confidence_sequence(x, n, a)
-        assert got == _whole_grid(x, n, a), (trial, k, n, a)
-        seen_edge += n == k or got[0] == x.sum() / n
-    assert seen_edge > 0  # ends at the completion bounds were exercised too
+    at_bound = 0
+    for trial in range(36):
+        x, n, a = _case(rng, trial)
+        lower, upper = betting.confidence_sequence(x, n, a)
+        want_lo, want_hi, rays = literal_sequence(x.tolist(), n, a)
+        assert rays, trial
+        assert abs(lower - want_lo) <= 1e-10 and abs(upper - want_hi) <= 1e-10, (trial, (lower, upper),
+                                                                               (want_lo, want_hi))
+        # each end is a mean the literal test keeps
+        for end in (lower, upper):
+            u, d = literal_log_wealth(x.tolist(), n, end)
+            assert u < math.log(1 / a) and d < math.log(1 / a), trial
+        at_bound += lower == x.sum() / n or upper == (x.sum() + n - len(x)) / n
+    assert at_bound > 0  # ends at the completion bounds were exercised too
+
+
+def test_a_short_run_keeps_the_completion_bounds_and_a_full_one_is_exact() -> None:
+    x = np.array([1.0, 0.5])
+    assert betting.confidence_sequence(x, 400, 0.05) == (1.5 / 400, (1.5 + 398) / 400)
+    full = np.array([1.0, 0.0, 0.5, 1.0])
+    assert betting.confidence_sequence(full, 4, 0.05) == (0.625, 0.625)
+    assert betting.confidence_sequence(np.zeros(0), 10, 0.05) == (0.0, 1.0)
+
+
+def test_start_from_the_grid_when_the_sample_mean_is_rejected(monkeypatch) -> None:
+    """The search starts from the sample mean; were it rejected, from the first kept point
+    of a grid: forcing that path gives the same ends."""
+    rng = np.random.default_rng(3)
+    x, n, a = _case(rng, 1)
+    want = betting.confidence_sequence(x, n, a)
+    real = betting._Wealth.__call__
+    m = x.sum() / len(x)
+    sizes = []
+
+    def sample_mean_rejected(self, mu):
+        up, dn = real(self, mu)
+        mu = np.asarray(mu)
+        sizes.append(len(mu))
+        return np.where(mu == m, 99.0, up), dn
+
+    monkeypatch.setattr(betting._Wealth, "__call__", sample_mean_rejected)
+    got = betting.confidence_sequence(x, n, a)
+    assert 32 in sizes  # the grid was scanned
+    assert abs(got[0] - want[0]) <= 1e-12 and abs(got[1] - want[1]) <= 1e-12
