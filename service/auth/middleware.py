@@ -8,6 +8,7 @@ request needs comes from :func:`service.auth.scopes.required_scope` (method and 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -85,6 +86,8 @@ class TrustMiddleware:
         self._verified: dict[str, tuple[float, Principal | None]] = {}
         self._known_good: OrderedDict[str, None] = OrderedDict()
         """Digests of tokens that verified in this process: they pass a throttled address."""
+        self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
+        """The lookup running for a token's digest (one at a time per token)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -165,11 +168,46 @@ class TrustMiddleware:
         return principal
 
     async def _verify(self, token: str) -> Principal | None:
+        """The token's principal, from this process's cache while its entry is fresh.
+
+        Under load every request of a process carries the same few keys: a lookup per request
+        of those that arrive while one is in flight (all of them, when the entry has just
+        expired) took a database connection each, past the pool, every ``auth_cache_seconds``.
+        So one lookup runs per token at a time and the others await it, and an entry in the
+        last fifth of its life is refreshed in the background while it is still served: a key
+        is still never trusted longer than ``auth_cache_seconds`` after the database said so."""
         digest = keys.hash_token(token)
+        ttl = self.settings.auth_cache_seconds
+        if ttl <= 0:  # every request asks the database itself
+            return await self._lookup_and_keep(digest, token)
         now = time.monotonic()
         hit = self._verified.get(digest)
         if hit is not None and hit[0] > now:
+            if hit[0] - now < 0.2 * ttl:
+                self._lookup_once(digest, token)  # the refreshed entry replaces this one when it lands
             return hit[1]
+        return await asyncio.shield(self._lookup_once(digest, token))
+
+    def _lookup_once(self, digest: str, token: str) -> asyncio.Future[Principal | None]:
+        """The lookup of ``token`` in flight on this event loop, started if there is none."""
+        loop = asyncio.get_running_loop()
+        running = self._inflight.get(digest)
+        if running is not None and running.get_loop() is loop and not running.done():
+            return running
+        task = loop.create_task(self._lookup_and_keep(digest, token))
+        self._inflight[digest] = task
+
+        def done(t: asyncio.Future[Principal | None]) -> None:
+            if self._inflight.get(digest) is t:
+                del self._inflight[digest]
+            if not t.cancelled():
+                t.exception()  # retrieved: a failed background refresh is said by the next lookup (503)
+
+        task.add_done_callback(done)
+        return task
+
+    async def _lookup_and_keep(self, digest: str, token: str) -> Principal | None:
+        now = time.monotonic()
         principal = await anyio.to_thread.run_sync(self._lookup, token)
         if len(self._verified) > 10_000:
             self._verified.clear()
