@@ -106,24 +106,39 @@ def cached_universe(dataset_id: uuid.UUID, group: str | None) -> Universe | None
         return hit
 
 
+_LOADS = tuple(Lock() for _ in range(64))
+"""Striped locks: one load at a time per key (a stripe may be shared by a few keys)."""
+
+
+def _one_load(key: tuple) -> Lock:
+    """The lock under which the cache entry ``key`` is loaded: the first miss loads it and the
+    requests that miss meanwhile wait for that load, rather than each reading the database
+    (a worker's first second under load: every connection asking for the same dataset at once
+    parsed it 16 times over, holding the GIL from the event loop)."""
+    return _LOADS[hash(key) % len(_LOADS)]
+
+
 def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None) -> Universe:
     """Every task of the dataset (SPEC §1) with its group under ``group`` (kept in memory:
     datasets never change)."""
     key = (dataset_id, group)
-    with _UNIVERSES_LOCK:
-        if key in _UNIVERSES:
-            _UNIVERSES.move_to_end(key)
-            return _UNIVERSES[key]
-    records = datasets.load_records(session, dataset_id)
-    try:
-        labels, names = group_labels(records, group)
-    except ValueError as exc:
-        raise LiveError("group", str(exc)) from None
-    universe = make_universe(records.tasks, [names[i] for i in labels.tolist()])
-    with _UNIVERSES_LOCK:
-        _UNIVERSES[key] = universe
-        while len(_UNIVERSES) > 16:
-            _UNIVERSES.popitem(last=False)
+    hit = cached_universe(dataset_id, group)
+    if hit is not None:
+        return hit
+    with _one_load(("universe", *key)):
+        hit = cached_universe(dataset_id, group)  # loaded while this request waited
+        if hit is not None:
+            return hit
+        records = datasets.load_records(session, dataset_id)
+        try:
+            labels, names = group_labels(records, group)
+        except ValueError as exc:
+            raise LiveError("group", str(exc)) from None
+        universe = make_universe(records.tasks, [names[i] for i in labels.tolist()])
+        with _UNIVERSES_LOCK:
+            _UNIVERSES[key] = universe
+            while len(_UNIVERSES) > 16:
+                _UNIVERSES.popitem(last=False)
     return universe
 
 
@@ -263,16 +278,28 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
     finishes (one finished in this process drops the cache at once; elsewhere it shows
     within ``ttl``)."""
     key = (dataset_id, choice.policy_names, spec.floor, spec.delta, spec.a, group)
-    now, generation = time.monotonic(), replays.finished_generation()
-    with _UNIVERSES_LOCK:
-        hit = _CALIBRATIONS.get(key)
-    if hit is not None and hit[0] > now and hit[1] == generation:
-        return hit[2]
+
+    def fresh() -> list[dict[str, Any]] | None:
+        now, generation = time.monotonic(), replays.finished_generation()
+        with _UNIVERSES_LOCK:
+            hit = _CALIBRATIONS.get(key)
+        return hit[2] if hit is not None and hit[0] > now and hit[1] == generation else None
+
+    rows = fresh()
+    if rows is not None:
+        return rows
     if cached_only:
         raise NeedsDatabase
-    rows = repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
-                                       floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
-    if ttl > 0:
+    if ttl <= 0:
+        return repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
+                                           floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
+    with _one_load(("calibration", *key)):
+        rows = fresh()  # read by another request while this one waited
+        if rows is not None:
+            return rows
+        now, generation = time.monotonic(), replays.finished_generation()
+        rows = repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
+                                           floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
         with _UNIVERSES_LOCK:
             _CALIBRATIONS[key] = (now + ttl, generation, rows)
             _CALIBRATIONS.move_to_end(key)
