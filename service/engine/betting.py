@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -126,6 +127,49 @@ def betting_paths(
     if np.ndim(theta) == 0:
         return dec[0], stop[0]
     return dec, stop
+
+
+@dataclass(frozen=True)
+class PathVerdict:
+    """The ``anytime`` rule along one observed sequence (``betting_path``): the first
+    conclusion where coverage holds (``decision``, ``stop``; ``stop = k + 1`` when none) and the
+    first conclusion regardless of coverage (``free_decision``), with ``ln K±_t(θ_X)`` after each step."""
+
+    decision: int
+    stop: int
+    free_decision: int
+    log_up: np.ndarray
+    log_down: np.ndarray
+
+
+def betting_path(v: np.ndarray, lattice: int | None, n: int, theta: float, a: float,
+                 cov_ok: np.ndarray | None = None) -> PathVerdict:
+    """``betting_paths`` for the one path ``v`` (all its steps, one threshold) with and without
+    the coverage mask ``cov_ok`` in one pass: a live answer needs both (the second says whether
+    the floors alone hold the rule back), and the wealth at the stop. The same arithmetic as
+    ``betting_paths`` (a test checks they agree)."""
+    k = len(v)
+    vv = np.asarray(v, dtype=np.float64)[None, :]
+    x = (vv / (lattice or 1) + 1.0) / 2.0
+    i = np.arange(1, k + 1, dtype=np.float64)
+    theta_x = (theta + 1.0) / 2.0
+    log_inv_a = math.log(1.0 / a)
+    s, c, g = _steps(x, n, theta_x)
+    up, dn = _log_wealth(x, c, *_bets(g, c))
+    pos = above(np.cumsum(vv, axis=1), i[None, :], theta, lattice)
+    acc = (pos & ((s / n > theta_x + TOL) | (up >= log_inv_a)))[0]
+    rej = (~pos & (((s + n - i) / n <= theta_x + TOL) | (dn >= log_inv_a)))[0]
+
+    def first(hit: np.ndarray) -> tuple[int, int]:
+        j = int(np.argmax(hit)) if k else 0
+        if not k or not hit[j]:
+            return DEFER, k + 1
+        return (ACCEPT if acc[j] else REJECT), j + 1
+
+    hit = acc | rej
+    free, free_stop = first(hit)
+    dec, stop = (free, free_stop) if cov_ok is None else first(hit & np.asarray(cov_ok[:k], dtype=bool))
+    return PathVerdict(dec, stop, free, up[0], dn[0])
 
 
 def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> dict[str, float]:

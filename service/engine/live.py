@@ -1,11 +1,11 @@
 """Live accept / reject / defer for a run in progress (SPEC §7).
 
 A harness has observed some tasks of a benchmark for systems A and B. ``live_decision``
-answers with the decision of the chosen rule (SPEC §4.2, computed by the rule code of
-``service.engine.rules`` that the replay uses: the bootstrap kernels, ``rules.decide`` for the
-other fixed-sample rules and ``rules.anytime_paths`` for ``anytime``), why, the coverage
-table at ``k`` (SPEC §3), and which unobserved tasks to run next so that coverage is met at
-the next budget point.
+answers with the decision of the chosen rule (SPEC §4.2, computed by the rule code that the
+replay uses: the bootstrap kernels, ``rules.decide`` for the other fixed-sample rules, the
+betting rule of ``engine/betting.py`` for ``anytime``), why, the coverage table at ``k``
+(SPEC §3), and which unobserved tasks to run next so that coverage is met at the next budget
+point (``engine/suggest.py``).
 
 Inputs are normalised once (``make_universe``, ``aggregate``, ``make_live_spec``); every
 problem raises ``LiveError(field, message)``. Outcomes are aggregated per SPEC §1: the
@@ -42,12 +42,13 @@ import numpy as np
 from service.engine import answers
 from service.engine import rules as R
 from service.engine.anytime import anytime_path
-from service.engine.betting import betting_paths, betting_statistic
+from service.engine.betting import betting_path, betting_statistic
 from service.engine.coverage import FLOORS, budget_k, required
 from service.engine.errors import FieldError
 from service.engine.numbers import clean as _clean
-from service.engine.orders import stratified_orders
 from service.engine.spec import ANYTIME_RULES, DEFAULT_BUDGETS, RULES
+from service.engine.suggest import budget_points, default_priority, next_tasks
+from service.engine.suggest import recommended_order as recommended_order  # its callers import it from here
 
 DEFAULT_LIVE_BUDGETS: tuple[float, ...] = (*DEFAULT_BUDGETS, 1.0)
 REASONS = ("decided", "coverage_unmet", "coverage_infeasible", "insufficient_evidence")
@@ -405,14 +406,7 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     if spec.rule == "anytime":
         if k == 0:
             return R.DEFER, {"stopped_at": None}
-        v = np.round(d * lattice).astype(np.int64) if lattice else d  # off a lattice the kernel takes d itself
-        cov = None if cov_path is None else cov_path[None, :]
-        dec_a, stop_a = betting_paths(v[None, :], lattice, n, spec.theta, spec.a, k, cov)
-        stopped = int(stop_a[0]) if stop_a[0] <= k else None
-        wealth = betting_statistic(d, n, spec.theta, spec.a, stopped or k)
-        return int(dec_a[0]), {"stopped_at": stopped, "log_wealth_threshold": _clean(wealth["log_wealth_threshold"]),
-                               "log_wealth_up": _clean(wealth["log_wealth_up"]),
-                               "log_wealth_down": _clean(wealth["log_wealth_down"])}
+        return _anytime_verdict(spec, d, n, lattice, cov_path)[:2]
     if spec.rule == "anytime_eb":
         if k == 0:
             return R.DEFER, {"stopped_at": None}
@@ -438,6 +432,26 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
         stat["lower"] = _clean(res.mean - eps)
         stat["upper"] = _clean(res.mean + eps)
     return res.decision, stat
+
+
+def _anytime_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
+                     cov_path: np.ndarray | None) -> tuple[int, dict[str, object], int]:
+    """``anytime`` on ``d`` (``k >= 1``): the verdict where ``cov_path`` holds, its statistic
+    (``ln K±`` at the stop, or at ``k``), and the verdict without the floors, from one pass of
+    the betting rule (``betting.betting_path``, the replay's arithmetic)."""
+    k = len(d)
+    v = np.round(d * lattice).astype(np.int64) if lattice else d  # off a lattice the kernel takes d itself
+    path = betting_path(v, lattice, n, spec.theta, spec.a, cov_path)
+    stopped = path.stop if path.stop <= k else None
+    t = stopped or k
+    if lattice is None or lattice == 1:  # the path's X is (d + 1)/2 itself: its wealth is the statistic
+        up, down = float(path.log_up[t - 1]), float(path.log_down[t - 1])
+    else:  # v/L may differ from d in the last bit: the statistic is on d, as it always was
+        wealth = betting_statistic(d, n, spec.theta, spec.a, t)
+        up, down = wealth["log_wealth_up"], wealth["log_wealth_down"]
+    stat: dict[str, object] = {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a)),
+                               "log_wealth_up": _clean(up), "log_wealth_down": _clean(down)}
+    return path.decision, stat, path.free_decision
 
 
 def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,
@@ -506,7 +520,11 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
     cov_path = None
     if spec.rule in ANYTIME_RULES and spec.coverage_aware and k:
         cov_path = _coverage_path(labels_seq, n_g, spec.floor, k)
-    verdict, statistic = rule_verdict(spec, d, n, lattice, cov_path, universe.digest())
+    free: int | None = None  # anytime's verdict without the floors, when the same pass gives it
+    if spec.rule == "anytime" and k:
+        verdict, statistic, free = _anytime_verdict(spec, d, n, lattice, cov_path)
+    else:
+        verdict, statistic = rule_verdict(spec, d, n, lattice, cov_path, universe.digest())
     decision = verdict
     if spec.rule in ANYTIME_RULES:
         concluded = verdict != R.DEFER
@@ -563,13 +581,14 @@ def live_decision(universe: Universe, observed: Observed, spec: LiveSpec,
         "budget_exhausted": decision == R.DEFER and k >= k_cap,
         "warning": None if spec.rule in ANYTIME_RULES or fixed_checkpoint else OPTIONAL_STOPPING.format(rule=spec.rule),
     }
-    _harness_answers(out, spec, d, n, lattice, k_cap, verdict, cov_path, groups, feasible, checkpoints, forecast)
+    _harness_answers(out, spec, d, n, lattice, k_cap, (verdict, free), cov_path, groups, feasible, checkpoints,
+                     forecast)
     return out
 
 
 def _harness_answers(out: dict[str, object], spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None, k_cap: int,
-                     verdict: int, cov_path: np.ndarray | None, groups: list[dict[str, object]], feasible: bool,
-                     checkpoints: Sequence[tuple[int, float]] | None, forecast: bool) -> None:
+                     verdicts: tuple[int, int | None], cov_path: np.ndarray | None, groups: list[dict[str, object]],
+                     feasible: bool, checkpoints: Sequence[tuple[int, float]] | None, forecast: bool) -> None:
     """SPEC §7's interval at the stop, the forecast of further tasks and the coverage warning
     (``engine/answers.py``); the forecast is seeded by a hash of the observed differences."""
     k = len(d)
@@ -583,102 +602,15 @@ def _harness_answers(out: dict[str, object], spec: LiveSpec, d: np.ndarray, n: i
                                                                           .tolist()])))
         ahead = checkpoints
         if ahead is None and spec.rule not in ANYTIME_RULES:
-            ahead = [(p, spec.a) for p in sorted({max(1, budget_k(b, n)) for b in spec.budgets} | {k_cap})]
+            ahead = [(p, spec.a) for p in budget_points(spec.budgets, n, k_cap)]
         out["forecast"] = answers.forecast(spec.rule, d, n, spec.theta, spec.a, lattice, k_cap, rng, ahead)
+    verdict, free = verdicts
     blocked = verdict != R.DEFER and out["decision"] == "defer"
     if spec.rule in ANYTIME_RULES and spec.coverage_aware and cov_path is not None and not blocked:
-        free = rule_verdict(spec, d, n, lattice, None)[0]  # the verdict without the floors
+        if free is None:
+            free = rule_verdict(spec, d, n, lattice, None)[0]  # the verdict without the floors
         blocked = free != R.DEFER and verdict == R.DEFER
     out["coverage_warning"] = answers.coverage_warning(groups, spec.coverage_aware, feasible, k, blocked)
-
-
-# ----------------------------------------------------------------------------- next tasks
-
-
-def default_priority(universe: Universe, seed: int = 0) -> np.ndarray:
-    """Rank per task: a shuffle seeded by the universe's hash (stable across calls)."""
-    h = np.frombuffer(universe.digest()[:16], dtype=np.uint32)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), *h.tolist()])))
-    return rng.permutation(universe.n)
-
-
-def recommended_order(universe: Universe, floor: str, seed: int) -> list[str]:
-    """One stratified order (SPEC §4.1) seeded by ``seed`` and the universe's hash: every
-    prefix meets the floor whenever it is feasible."""
-    h = np.frombuffer(universe.digest()[:16], dtype=np.uint32)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), 7, *h.tolist()])))
-    order = stratified_orders(universe.labels, floor, 1, rng)[0]
-    return [universe.task_ids[i] for i in order.tolist()]
-
-
-def next_point(spec: LiveSpec, n: int, n_g: np.ndarray, k: int, k_cap: int) -> int | None:
-    """The smallest budget point ``k' > k`` (grid points and the cap, at most the cap) at
-    which coverage is feasible; else the largest point ``> k`` within the cap; else None."""
-    points = sorted({max(1, budget_k(b, n)) for b in spec.budgets} | {k_cap})
-    points = [p for p in points if k < p <= k_cap]
-    if not points:
-        return None
-    for p in points:
-        if required(spec.floor, p, n_g).sum() <= p:
-            return p
-    return points[-1]
-
-
-def next_tasks(universe: Universe, observed: Observed, spec: LiveSpec, priority: np.ndarray | None,
-               k_cap: int) -> dict[str, object] | None:
-    """Which unobserved tasks to run so that coverage is met at the next budget point.
-
-    Each group first gets what it lacks of ``r_g(k')``; remaining slots (up to ``k' - k``)
-    go one by one to the group furthest below its exact share ``k'·n_g/N`` (ties: lower
-    group index). Within a group, tasks already half-done (one system observed) come
-    first, then by ``priority``. Task ids are interleaved across groups by the position of
-    each pick within its group.
-    """
-    n = universe.n
-    n_g = universe.n_g
-    k = observed.k
-    kp = next_point(spec, n, n_g, k, k_cap)
-    if kp is None:
-        return None
-    labels = universe.labels
-    observed_mask = np.zeros(n, dtype=bool)
-    observed_mask[observed.sequence] = True
-    have = np.bincount(labels[observed.sequence], minlength=len(n_g))
-    avail = n_g - have
-    req = required(spec.floor, kp, n_g)
-    need = np.minimum(np.maximum(req - have, 0), avail)
-    alloc = need.copy()
-    slots = kp - k - int(alloc.sum())
-    while slots > 0 and np.any(alloc < avail):
-        deficit = np.where(alloc < avail, kp * n_g - (have + alloc) * n, np.iinfo(np.int64).min)
-        g = int(np.argmax(deficit))
-        alloc[g] += 1
-        slots -= 1
-    if priority is None:
-        priority = universe.priority(spec.seed)
-    half = (observed.trials_a > 0) | (observed.trials_b > 0)
-    # candidates: unobserved, half-done first, then by priority
-    cand = np.flatnonzero(~observed_mask)
-    cand = cand[np.lexsort((priority[cand], ~half[cand]))]
-    picks: list[tuple[float, int, int]] = []
-    groups = []
-    for g in range(len(n_g)):
-        if alloc[g] == 0 and need[g] == 0:
-            continue
-        tasks_g = cand[labels[cand] == g][: alloc[g]]
-        groups.append({"group": universe.group_names[g], "missing": int(need[g]), "run": int(alloc[g]),
-                       "task_ids": [universe.task_ids[t] for t in tasks_g.tolist()]})
-        for j, t in enumerate(tasks_g.tolist()):
-            picks.append(((j + 1) / (alloc[g] + 1), g, t))
-    picks.sort()
-    return {
-        "k": kp,
-        "budget_fraction": _clean(kp / n),
-        "feasible": bool(req.sum() <= kp),
-        "reachable": bool(np.all(req - have <= avail) and int(need.sum()) <= kp - k),
-        "groups": groups,
-        "task_ids": [universe.task_ids[t] for _, _, t in picks],
-    }
 
 
 def live_from_arrays(task_ids: Sequence[str], groups: Sequence[str | None] | None, outcomes_a: Sequence[float],

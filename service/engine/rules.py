@@ -417,7 +417,8 @@ def decide(rule: str, d: np.ndarray, theta: float, a: float = 0.05, resamples: i
     if rule == "paired_normal":
         se = float(d.std(ddof=1) / math.sqrt(k)) if k > 1 else float("nan")
         dec = int(paired_normal(s, q, kk, theta, a, lat))
-        p = float(stats.norm.cdf(-abs(m - theta) / se)) if k > 1 and se > 0 else float("nan")
+        # special.ndtr is stats.norm.cdf without its argument handling (~50 us on a live answer)
+        p = float(special.ndtr(-abs(m - theta) / se)) if k > 1 and se > 0 else float("nan")
         return RuleResult(dec, k, m, {"se": se, "tail_probability": p})
     if rule == "mcnemar":
         if binary is False or not np.all(np.isin(d, (-1.0, 0.0, 1.0))):

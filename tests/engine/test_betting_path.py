@@ -1,0 +1,58 @@
+"""``betting.betting_path`` (one live sequence, with and without the coverage mask, in one pass)
+gives what ``betting_paths`` (checked against the literal reference in test_betting.py) gives
+for each mask, and its wealth at the stop is ``betting_statistic``'s; the live answer's
+``anytime`` statistic is that wealth."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.engine import betting
+from service.engine.live import live_from_arrays
+
+A = 0.05
+
+
+def test_one_pass_equals_betting_paths_with_and_without_the_mask() -> None:
+    rng = np.random.default_rng(12)
+    concluded = masked_later = 0
+    for trial in range(200):
+        k = int(rng.integers(1, 250))
+        n = k + int(rng.integers(0, 300))
+        lattice = (None, 1, 2, 3)[trial % 4]
+        if lattice is None:
+            v = np.round(rng.uniform(-1, 1, k) + rng.uniform(0, 0.6), 4).clip(-1, 1)
+        else:
+            v = np.clip(rng.integers(-lattice, lattice + 1, k) + (rng.random(k) < 0.4) * lattice, -lattice, lattice)
+        theta = float(rng.choice([0.0, 0.05, -0.1]))
+        cov = np.arange(k) >= int(rng.integers(0, k + 1))  # coverage met from some step on
+        path = betting.betting_path(v, lattice, n, theta, A, cov)
+        dec, stop = betting.betting_paths(v[None, :], lattice, n, theta, A, k, cov[None, :])
+        free, free_stop = betting.betting_paths(v[None, :], lattice, n, theta, A, k)
+        assert (path.decision, path.stop, path.free_decision) == (int(dec[0]), int(stop[0]), int(free[0])), trial
+        unmasked = betting.betting_path(v, lattice, n, theta, A)
+        assert (unmasked.decision, unmasked.stop) == (int(free[0]), int(free_stop[0]))
+        d = v / (lattice or 1)
+        t = min(int(stop[0]), k)
+        if lattice in (None, 1):  # the same X as the statistic's: the same wealth
+            stat = betting.betting_statistic(d, n, theta, A, t)
+            assert (path.log_up[t - 1], path.log_down[t - 1]) == (stat["log_wealth_up"], stat["log_wealth_down"])
+        concluded += int(dec[0]) != 0
+        masked_later += int(stop[0]) > int(free_stop[0])
+    assert concluded > 20 and masked_later > 5
+
+
+def test_the_live_statistic_is_the_wealth_at_the_stop() -> None:
+    rng = np.random.default_rng(2)
+    ids = [f"t{i}" for i in range(300)]
+    groups = [f"g{i % 5}" for i in range(300)]
+    seen = [ids[i] for i in rng.permutation(300)[:160]]
+    a = [float(rng.random() < 0.75) for _ in seen]
+    b = [float(rng.random() < 0.45) for _ in seen]
+    out = live_from_arrays(ids, groups, a, b, seen, rule="anytime", delta=0)
+    stop = out["statistic"]["stopped_at"]
+    assert out["decision"] == "accept" and isinstance(stop, int)
+    d = np.array(a) - np.array(b)
+    stat = betting.betting_statistic(d, 300, 0.0, A, stop)
+    assert out["statistic"]["log_wealth_up"] == float(f"{stat['log_wealth_up']:.12g}")
+    assert out["statistic"]["log_wealth_down"] == float(f"{stat['log_wealth_down']:.12g}")
