@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -248,10 +249,12 @@ def parse_records(data: bytes | str, fmt: str | None = None, filename: str | Non
     raise ValueError(f"unknown format '{fmt}': use csv or jsonl")
 
 
-def load_records(path: str) -> Records:
-    """Read a CSV or JSONL file from disk."""
-    with open(path, "rb") as fh:
-        return parse_records(fh.read(), filename=path)
+def load_records(path: str | os.PathLike[str]) -> Records:
+    """Read a CSV or JSONL file from disk (a ``str`` or a ``pathlib.Path``); the format comes
+    from the file's extension, else from its content."""
+    name = os.fspath(path)
+    with open(name, "rb") as fh:
+        return parse_records(fh.read(), filename=name)
 
 
 def _too_many_rows(n: int, limit: int) -> RecordsTooLarge:

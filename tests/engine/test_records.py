@@ -147,3 +147,37 @@ def test_csv_true_false_outcomes_read_like_json_booleans():
     np.testing.assert_array_equal(csv_rec.y, [[1.0, 0.0], [0.0, 1.0]])
     with pytest.raises(RecordsError):  # only outcomes: a boolean is no trial index
         parse_records("system,task_id,outcome,trial\nA,t1,1,true\nB,t1,1,0\n", "csv")
+
+
+def test_load_records_takes_a_path_like_and_reads_the_format_from_its_extension(tmp_path):
+    from pathlib import Path
+
+    from service.engine.records import load_records
+
+    class Where:  # any os.PathLike, not only pathlib
+        def __init__(self, p: Path) -> None:
+            self.p = p
+
+        def __fspath__(self) -> str:
+            return str(self.p)
+
+    csv_file = tmp_path / "r.csv"
+    csv_file.write_text(CSV)
+    lines = [{"system": s, "task_id": t, "outcome": o} for s, t, o in [("A", "t1", 1), ("B", "t1", 0)]]
+    jsonl_file = tmp_path / "r.jsonl"
+    jsonl_file.write_text("\n".join(json.dumps(x) for x in lines))
+    for path, systems in ((csv_file, ("A", "B")), (jsonl_file, ("A", "B"))):
+        by_str = load_records(str(path))
+        for given in (path, Where(path)):
+            rec = load_records(given)
+            assert rec.systems == systems
+            np.testing.assert_array_equal(rec.y, by_str.y)
+            np.testing.assert_array_equal(rec.trials, by_str.trials)
+    # the name decides the format: JSON lines in a .csv file are read as CSV (and refused),
+    # while content sniffing alone would have read them as JSONL
+    mislabelled = tmp_path / "lines.csv"
+    mislabelled.write_text(jsonl_file.read_text())
+    for given in (mislabelled, str(mislabelled)):
+        with pytest.raises(RecordsError) as info:
+            load_records(given)
+        assert {e.field for e in info.value.errors} >= {"system", "task_id", "outcome"}
