@@ -10,7 +10,7 @@ these functions; the thresholds live in ``Settings`` (the "limits" block).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.config import Settings
@@ -18,7 +18,7 @@ from service.engine.records import RecordLimits
 from service.errors import Unprocessable
 
 if TYPE_CHECKING:
-    from service.engine.replay import Plan
+    from service.engine.plan import Plan
     from service.engine.spec import ReplaySpec
 
 POLICY_NAME_MAX = 200
@@ -184,39 +184,35 @@ def check_decision(body: Any, settings: Settings) -> int:
     """The size of a decision request (``DecisionCreate``) from its own fields, refused
     (422) over the limits; returns the work estimate (cells), which decides whether it runs
     on the event loop. A dataset's universe is checked once loaded (``check_loaded_universe``)."""
-    n_obs = n_observations(body.observations, body.outcomes)
     if body.universe is None:
-        return n_obs
-    ids, groups = body.universe.task_ids, body.universe.groups
-    check_universe(len(ids), settings)
-    rule, coverage_aware = _rule_of(body), body.coverage_aware is not False
+        return n_observations(body.observations, body.outcomes)
+    groups = body.universe.groups
     # the groups matter only to anytime's coverage path: not counted for the common case
-    n_groups = len(set(groups)) if groups and rule in ("anytime", "anytime_eb") and coverage_aware else 1
+    return _check_decision_size(len(body.universe.task_ids), lambda: len(set(groups)) if groups else 1, body,
+                                settings, "universe.task_ids")
+
+
+def check_loaded_universe(n_tasks: int, n_groups: int, body: Any, settings: Settings) -> None:
+    """The same limits for a universe taken from a dataset (too many tasks names ``dataset_id``)."""
+    _check_decision_size(n_tasks, lambda: n_groups, body, settings, "dataset_id")
+
+
+def _check_decision_size(n_tasks: int, n_groups: Callable[[], int], body: Any, settings: Settings,
+                         universe_field: str) -> int:
+    """The universe's size, then the work of a decision on it (``decision_work``), which is
+    returned. ``n_groups`` is asked only for anytime's coverage path, after the size check."""
+    check_universe(n_tasks, settings, field=universe_field)
+    rule, coverage_aware = _rule_of(body), body.coverage_aware is not False
     work = decision_work(
-        n_tasks=len(ids),
-        n_observations=n_obs,
-        n_groups=n_groups,
+        n_tasks=n_tasks,
+        n_observations=n_observations(getattr(body, "observations", None), getattr(body, "outcomes", None)),
+        n_groups=n_groups() if rule in ("anytime", "anytime_eb") and coverage_aware else 1,
         rule=rule,
         coverage_aware=coverage_aware,
         bootstrap=body.bootstrap,
     )
     check_decision_work(work, settings)
     return work
-
-
-def check_loaded_universe(n_tasks: int, n_groups: int, body: Any, settings: Settings) -> None:
-    """The same limits for a universe taken from a dataset."""
-    check_universe(n_tasks, settings, field="dataset_id")
-    n_obs = n_observations(getattr(body, "observations", None), getattr(body, "outcomes", None))
-    work = decision_work(
-        n_tasks=n_tasks,
-        n_observations=n_obs,
-        n_groups=n_groups,
-        rule=_rule_of(body),
-        coverage_aware=body.coverage_aware is not False,
-        bootstrap=body.bootstrap,
-    )
-    check_decision_work(work, settings)
 
 
 def _rule_of(body: Any) -> str | None:

@@ -111,3 +111,47 @@ def test_calculators_bound_their_work(client: TestClient) -> None:
     assert client.get("/v1/datasets", params={"offset": 10**30}).status_code == 422
     r = client.post("/v1/stats/runs", json={"max_failure_rate": 7.6e-159, "failures": 158789, "level": 0.5})
     assert r.status_code == 422 and "runs would be needed" in r.json()["detail"][0]["message"]
+
+
+def test_both_decision_entry_points_refuse_with_the_same_messages_naming_their_field() -> None:
+    """``check_decision`` (an inline universe) and ``check_loaded_universe`` (a dataset's) share
+    one check: too many tasks names the universe's field, too much work names ``body``, and
+    both say the same numbers."""
+    from types import SimpleNamespace
+
+    from service import limits
+    from service.errors import Unprocessable
+
+    settings = make_settings(max_universe_tasks=1_000, max_decision_work=5_000)
+
+    def body(n_tasks: int, groups: list[str] | None, rule: str | None, coverage_aware: bool | None = None,
+             outcomes: dict | None = None) -> SimpleNamespace:
+        universe = SimpleNamespace(task_ids=[f"t{i}" for i in range(n_tasks)], groups=groups)
+        return SimpleNamespace(universe=universe, observations=None, outcomes=outcomes, rule=rule, policy=None,
+                               coverage_aware=coverage_aware, bootstrap="exact")
+
+    def refusal(fn, *args) -> dict:  # noqa: ANN001
+        with pytest.raises(Unprocessable) as info:
+            fn(*args, settings)
+        [detail] = info.value.detail
+        return detail
+
+    big = body(1_001, None, "anytime")
+    inline, loaded = refusal(limits.check_decision, big), refusal(limits.check_loaded_universe, 1_001, 1, big)
+    assert inline == {"field": "universe.task_ids", "message": "1,001 tasks; the limit is 1,000"}
+    assert loaded == {"field": "dataset_id", "message": inline["message"]}
+
+    # anytime's coverage path: 900 tasks + 900 observations + 900 x 4 groups = 5,400 cells > 5,000
+    obs = {"A": {f"t{i}": 1 for i in range(450)}, "B": {f"t{i}": 0 for i in range(450)}}
+    heavy = body(900, [f"g{i % 4}" for i in range(900)], "anytime", outcomes=obs)
+    inline, loaded = refusal(limits.check_decision, heavy), refusal(limits.check_loaded_universe, 900, 4, heavy)
+    assert inline["field"] == "body" and "about 5,400 cells" in inline["message"]
+    assert "the limit is 5,000" in inline["message"] and loaded == inline
+
+    # without the coverage path (another rule, or coverage off) the groups are not counted: 1,800 cells
+    for light in (body(900, heavy.universe.groups, "serfling", outcomes=obs),
+                  body(900, heavy.universe.groups, "anytime", coverage_aware=False, outcomes=obs)):
+        assert limits.check_decision(light, settings) == 1_800
+        assert limits.check_loaded_universe(900, 4, light, settings) is None
+    # a dataset universe is checked once loaded: the inline check counts only the observations
+    assert limits.check_decision(SimpleNamespace(**{**vars(heavy), "universe": None}), settings) == 900
