@@ -133,3 +133,31 @@ def test_async_client_concurrent_appends_and_async_monitor(client: TestClient) -
             assert (await monitor.refresh()).k == 1
 
     asyncio.run(scenario())
+
+
+def test_upload_rows_names_the_dataset_as_the_caller_asks(client: TestClient) -> None:
+    """``upload_rows(rows, name=...)`` stores that name; without one the server's default
+    (``dataset-`` + 8 hex digits of the content hash), so two uploads are told apart."""
+    rows = [{"system": s, "task_id": t, "outcome": float((i + j) % 2)}
+            for i, s in enumerate("AB") for j, t in enumerate(IDS[:10])]
+    other = [{**r, "task_id": r["task_id"] + "-b"} for r in rows]
+    api = SufficiencyClient(http=client)
+    named = api.upload_rows(rows, name="airline trial 3")
+    assert named["name"] == "airline trial 3" and named["n_records"] == 20
+    assert client.get(f"/v1/datasets/{named['id']}").json()["name"] == "airline trial 3"
+    plain = api.upload_rows(other)
+    assert plain["name"] == f"dataset-{plain['content_hash'][:8]}" and plain["id"] != named["id"]
+    with pytest.raises(InvalidInputError) as err:
+        api.upload_rows([{**r, "task_id": r["task_id"] + "-c"} for r in rows], name="x" * 201)
+    assert err.value.fields == ["name"]
+
+    async def scenario() -> None:
+        async with AsyncSufficiencyClient("http://app", transport=httpx.ASGITransport(app=client.app)) as aapi:
+            third = await aapi.upload_rows([{**r, "task_id": r["task_id"] + "-d"} for r in rows], name="async one")
+            assert third["name"] == "async one"
+            fourth = await aapi.upload_rows([{**r, "task_id": r["task_id"] + "-e"} for r in rows])
+            assert fourth["name"] == f"dataset-{fourth['content_hash'][:8]}"
+
+    asyncio.run(scenario())
+    names = sorted(d["name"] for d in client.get("/v1/datasets").json()["items"])
+    assert "airline trial 3" in names and "async one" in names and len(names) == 4

@@ -120,6 +120,11 @@ def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in body.items() if v is not None}
 
 
+def _rows_body(rows: Sequence[Mapping[str, Any]], name: str | None) -> dict[str, Any]:
+    """The JSON upload body; no ``name`` key lets the server choose one."""
+    return _drop_none({"name": name, "rows": [dict(r) for r in rows]})
+
+
 def _headers(headers: Mapping[str, str] | None, api_key: str | None) -> dict[str, str]:
     out = dict(headers or {})
     if api_key:
@@ -175,9 +180,11 @@ class SufficiencyClient:
         return self._request("POST", f"/v1/sessions/{session_id}/observations",
                              {"observations": [dict(o) for o in observations]})
 
-    def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str = "dataset") -> dict[str, Any]:
-        """``POST /v1/datasets`` with JSON rows (SPEC §1)."""
-        return self._request("POST", "/v1/datasets", {"name": name, "rows": [dict(r) for r in rows]})
+    def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str | None = None) -> dict[str, Any]:
+        """``POST /v1/datasets`` with JSON rows (SPEC §1), stored as ``name``; without one the
+        server names it ``dataset-`` + 8 hex digits of its content hash. Records already stored
+        come back as that dataset (200, its name unchanged, ``notice`` says so)."""
+        return self._request("POST", "/v1/datasets", _rows_body(rows, name))
 
     def place(self, dataset_id: str | uuid.UUID, system: str, **options: Any) -> dict[str, Any]:
         """``POST /v1/placements``: where does ``system`` rank on the board of ``dataset_id``?
@@ -236,8 +243,8 @@ class AsyncSufficiencyClient:
         return await self._request("POST", f"/v1/sessions/{session_id}/observations",
                                    {"observations": [dict(o) for o in observations]})
 
-    async def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str = "dataset") -> dict[str, Any]:
-        return await self._request("POST", "/v1/datasets", {"name": name, "rows": [dict(r) for r in rows]})
+    async def upload_rows(self, rows: Sequence[Mapping[str, Any]], name: str | None = None) -> dict[str, Any]:
+        return await self._request("POST", "/v1/datasets", _rows_body(rows, name))
 
     async def place(self, dataset_id: str | uuid.UUID, system: str, **options: Any) -> dict[str, Any]:
         return await self._request("POST", "/v1/placements", _drop_none({"dataset_id": dataset_id,
