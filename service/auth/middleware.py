@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import time
-from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +27,7 @@ from service.auth.keys import Principal
 from service.auth.ownership import current_principal
 from service.auth.scopes import SAFE_METHODS, required_scope
 from service.config import Settings
+from service.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class TokenBuckets:
     def __init__(self, rate: float, burst: int, max_keys: int = 10_000):
         self.rate, self.burst = rate, max(burst, 1)
         self.max_keys = max(max_keys, 1)
-        self._state: OrderedDict[Any, tuple[float, float]] = OrderedDict()
+        self._state: LRU[Any, tuple[float, float]] = LRU(self.max_keys)
 
     def __len__(self) -> int:
         return len(self._state)
@@ -56,19 +56,13 @@ class TokenBuckets:
         if self.rate <= 0:
             return 0.0
         now = time.monotonic() if now is None else now
-        tokens, last = self._state.get(key, (float(self.burst), now))
+        tokens, last = self._state.get(key) or (float(self.burst), now)
         tokens = min(float(self.burst), tokens + (now - last) * self.rate)
         if tokens >= 1.0:
-            self._put(key, (tokens - 1.0 if spend else tokens, now))
+            self._state.put(key, (tokens - 1.0 if spend else tokens, now))
             return 0.0
-        self._put(key, (tokens, now))
+        self._state.put(key, (tokens, now))
         return (1.0 - tokens) / self.rate
-
-    def _put(self, key: Any, value: tuple[float, float]) -> None:
-        self._state[key] = value
-        self._state.move_to_end(key)
-        while len(self._state) > self.max_keys:
-            self._state.popitem(last=False)
 
 
 class TrustMiddleware:
@@ -83,8 +77,8 @@ class TrustMiddleware:
                                     settings.rate_limit_max_addresses)
         """Requests refused for a missing or bad key, per client address and key prefix (slows
         guessing one key's secret; a flood of other guesses does not hold back a valid key)."""
-        self._verified: dict[str, tuple[float, Principal | None]] = {}
-        self._known_good: OrderedDict[str, None] = OrderedDict()
+        self._verified: LRU[str, tuple[float, Principal | None]] = LRU(10_000)
+        self._known_good: LRU[str, bool] = LRU(settings.rate_limit_max_addresses)
         """Digests of tokens that verified in this process: they pass a throttled address."""
         self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
         """The lookup running for a token's digest (one at a time per token)."""
@@ -209,16 +203,11 @@ class TrustMiddleware:
     async def _lookup_and_keep(self, digest: str, token: str) -> Principal | None:
         now = time.monotonic()
         principal = await anyio.to_thread.run_sync(self._lookup, token)
-        if len(self._verified) > 10_000:
-            self._verified.clear()
         if principal is not None:
-            self._known_good[digest] = None
-            self._known_good.move_to_end(digest)
-            while len(self._known_good) > self.settings.rate_limit_max_addresses:
-                self._known_good.popitem(last=False)
+            self._known_good.put(digest, True)
         ttl = self.settings.auth_cache_seconds
         if ttl > 0:
-            self._verified[digest] = (now + ttl, principal)
+            self._verified.put(digest, (now + ttl, principal))
         return principal
 
     def _is_known_good(self, token: str | None) -> bool:

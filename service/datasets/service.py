@@ -6,9 +6,7 @@ import hashlib
 import json
 import math
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from threading import Lock
 from typing import Any
 
 import numpy as np
@@ -20,6 +18,7 @@ from service.datasets.models import Dataset
 from service.engine.identity import records_digest
 from service.engine.records import RecordLimits, Records, RecordsError, RecordsTooLarge, parse_records
 from service.errors import NotFound, PayloadTooLarge, Unprocessable
+from service.lru import LRU
 from service.parsing import parse_upload
 
 GENERIC_STEMS = frozenset({
@@ -152,7 +151,7 @@ def create(
         if existing is None:
             raise
         return existing, False
-    _cache_put(dataset.id, records)
+    _CACHE.put(dataset.id, records)
     return dataset, True
 
 
@@ -203,7 +202,7 @@ def delete(session: Session, dataset_id: uuid.UUID, *, with_replays: bool) -> li
     deleted = [u.id for u in uses]
     replays_repo.delete_replays(session, deleted)
     repository.delete(session, dataset)
-    _cache_drop(dataset_id)
+    _CACHE.pop(dataset_id)
     for forget in _ON_DELETE:
         forget(dataset_id)
     return deleted
@@ -230,41 +229,18 @@ def get(session: Session, dataset_id: uuid.UUID) -> Dataset:
 def load_records(session: Session, dataset_id: uuid.UUID) -> Records:
     """The dataset's ``Records`` (parsed from the stored bytes; a few are kept in memory,
     since a replay's chunks all need the same dataset and datasets never change)."""
-    cached = _cache_get(dataset_id)
+    cached = _CACHE.get(dataset_id)
     if cached is not None:
         return cached
     dataset = repository.get(session, dataset_id, with_content=True)
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} does not exist")
     records = parse_records(dataset.content, fmt=dataset.format)
-    _cache_put(dataset_id, records)
+    _CACHE.put(dataset_id, records)
     return records
 
 
-_CACHE: OrderedDict[uuid.UUID, Records] = OrderedDict()
-_CACHE_LOCK = Lock()
-_CACHE_SIZE = 4
-
-
-def _cache_get(key: uuid.UUID) -> Records | None:
-    with _CACHE_LOCK:
-        value = _CACHE.get(key)
-        if value is not None:
-            _CACHE.move_to_end(key)
-        return value
-
-
-def _cache_put(key: uuid.UUID, value: Records) -> None:
-    with _CACHE_LOCK:
-        _CACHE[key] = value
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-
-
-def _cache_drop(key: uuid.UUID) -> None:
-    with _CACHE_LOCK:
-        _CACHE.pop(key, None)
+_CACHE: LRU[uuid.UUID, Records] = LRU(4)
 
 
 def _json_safe(value: Any) -> Any:

@@ -8,9 +8,7 @@ sequence of observed tasks is the order in which each task got its last needed t
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from dataclasses import asdict
-from threading import Lock
 from typing import Any
 
 import numpy as np
@@ -32,6 +30,7 @@ from service.engine.placement import (
 )
 from service.engine.spec import ANYTIME_RULES
 from service.errors import Conflict, NotFound
+from service.lru import LRU
 from service.placements import repository
 from service.placements.models import Placement
 from service.placements.schemas import PlacementCreate, PlacementObservationsCreate
@@ -107,23 +106,17 @@ def get(session: Session, placement_id: uuid.UUID) -> Placement:
     return row
 
 
-_RANKS: OrderedDict[uuid.UUID, np.ndarray] = OrderedDict()
-_LOCK = Lock()
+_RANKS: LRU[uuid.UUID, np.ndarray] = LRU(64)
 
 
 def _order_rank(row: Placement, universe: Universe) -> np.ndarray:
     """Each task's position in the placement order (fixed at creation: kept per placement)."""
-    with _LOCK:
-        hit = _RANKS.get(row.id)
-        if hit is not None:
-            _RANKS.move_to_end(row.id)
-            return hit
+    hit = _RANKS.get(row.id)
+    if hit is not None:
+        return hit
     rank = np.empty(universe.n, dtype=np.int64)
     rank[[universe.index[t] for t in row.task_order]] = np.arange(universe.n)
-    with _LOCK:
-        _RANKS[row.id] = rank
-        while len(_RANKS) > 64:
-            _RANKS.popitem(last=False)
+    _RANKS.put(row.id, rank)
     return rank
 
 

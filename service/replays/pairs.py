@@ -11,41 +11,33 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import OrderedDict
-from threading import Lock
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.engine.pairs import PairTable
 from service.errors import Unprocessable
+from service.lru import LRU
 from service.replays import repository
 from service.replays import service as replays
 from service.replays.models import Replay
 
-_TABLES: OrderedDict[tuple[uuid.UUID, str | None, int], PairTable] = OrderedDict()
-_LOCK = Lock()
-_CACHED_TABLES = 8
+_TABLES: LRU[tuple[uuid.UUID, str | None, int], PairTable] = LRU(8)
 """About 2.4 MB each in memory for 17,822 pairs and 19 budgets."""
 
 
 def table(session: Session, replay: Replay, config: int) -> PairTable:
     """Configuration ``config``'s table of a succeeded replay (422 for an index out of range)."""
     key = (replay.id, replay.report_etag, config)
-    with _LOCK:
-        hit = _TABLES.get(key)
-        if hit is not None:
-            _TABLES.move_to_end(key)
-            return hit
+    hit = _TABLES.get(key)
+    if hit is not None:
+        return hit
     data = repository.pair_table_bytes(session, replay.id, config)
     if data is not None:
         out = PairTable.from_bytes(data)
     else:
         out = _from_report(session, replay, config)
-    with _LOCK:
-        _TABLES[key] = out
-        while len(_TABLES) > _CACHED_TABLES:
-            _TABLES.popitem(last=False)
+    _TABLES.put(key, out)
     return out
 
 

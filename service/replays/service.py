@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections import OrderedDict
 from datetime import UTC
 from threading import Lock
 from typing import Any
@@ -19,6 +18,7 @@ from service.db import utcnow
 from service.engine.spec import SpecError, make_spec, parse_budgets
 from service.errors import Conflict, NotFound, Unprocessable
 from service.jobs import enqueue
+from service.lru import LRU
 from service.replays import estimate, repository
 from service.replays.models import CANCELLED, FINISHED, SUCCEEDED, Replay
 from service.replays.schemas import ReplayCreate, ReplayLinks, ReplayRead
@@ -57,30 +57,19 @@ def build_spec(options: dict[str, Any]):  # noqa: ANN201  (ReplaySpec)
 
 # Plans are deterministic functions of (dataset, options): cache a few per process so the
 # chunks of one replay that land on the same worker do not rebuild it.
-_PLANS: OrderedDict[uuid.UUID, Any] = OrderedDict()
-_PLANS_LOCK = Lock()
+_PLANS: LRU[uuid.UUID, Any] = LRU(4)
 
 
 def plan_for(session: Session, replay: Replay) -> Any:
-    with _PLANS_LOCK:
-        plan = _PLANS.get(replay.id)
-        if plan is not None:
-            _PLANS.move_to_end(replay.id)
-            return plan
+    plan = _PLANS.get(replay.id)
+    if plan is not None:
+        return plan
     from service.engine.replay import plan_replay
 
     records = datasets.load_records(session, replay.dataset_id)
     plan = plan_replay(records, build_spec(replay.options))
-    _remember_plan(replay.id, plan)
+    _PLANS.put(replay.id, plan)
     return plan
-
-
-def _remember_plan(replay_id: uuid.UUID, plan: Any) -> None:
-    with _PLANS_LOCK:
-        _PLANS[replay_id] = plan
-        _PLANS.move_to_end(replay_id)
-        while len(_PLANS) > 4:
-            _PLANS.popitem(last=False)
 
 
 def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
@@ -115,7 +104,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
         dispatched_at=utcnow(),
     )
     repository.add(session, replay, bounds)
-    _remember_plan(replay.id, plan)
+    _PLANS.put(replay.id, plan)
     enqueue(session, "replays.run", str(replay.id))
     return replay
 
@@ -184,6 +173,7 @@ def finished_report(session: Session, replay_id: uuid.UUID) -> Replay:
 
 
 _FINISHED = [0]
+_FINISHED_LOCK = Lock()
 
 
 def finished_generation() -> int:
@@ -193,7 +183,7 @@ def finished_generation() -> int:
 
 
 def note_finished() -> None:
-    with _PLANS_LOCK:
+    with _FINISHED_LOCK:
         _FINISHED[0] += 1
 
 

@@ -9,41 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections import OrderedDict
-from threading import Lock
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, Unprocessable
+from service.lru import LRU
 from service.replays import service as replays
 from service.replays.models import SUCCEEDED, Replay
 from service.reports import class_figures, figures
 
-
-class _LRU:
-    def __init__(self, size: int):
-        self.size = size
-        self.items: OrderedDict[Any, Any] = OrderedDict()
-        self.lock = Lock()
-
-    def get(self, key: Any) -> Any:
-        with self.lock:
-            value = self.items.get(key)
-            if value is not None:
-                self.items.move_to_end(key)
-            return value
-
-    def put(self, key: Any, value: Any) -> None:
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-
-
-_REPORTS = _LRU(4)
-_FIGURES = _LRU(48)
+_REPORTS: LRU[tuple[uuid.UUID, str | None], Any] = LRU(4)
+_FIGURES: LRU[str, Any] = LRU(48)
 
 
 def replay_with_report(session: Session, replay_id: uuid.UUID) -> tuple[Replay, dict[str, Any] | None]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import uuid
-from collections import OrderedDict
 from dataclasses import replace
-from threading import Lock
 from typing import Any
 
 import numpy as np
@@ -39,6 +37,7 @@ from service.engine.live import (
 )
 from service.engine.spec import ANYTIME_RULES, schedule_tag
 from service.errors import Conflict, NotFound
+from service.lru import LRU
 from service.sessions import repository
 from service.sessions.models import LiveSession
 from service.sessions.schemas import ObservationsCreate, SessionCreate
@@ -116,25 +115,19 @@ def get(session: Session, session_id: uuid.UUID) -> LiveSession:
 # ----------------------------------------------------------------------------- state
 
 
-_CACHE: OrderedDict[uuid.UUID, tuple[Universe, np.ndarray]] = OrderedDict()
-_CACHE_LOCK = Lock()
+_CACHE: LRU[uuid.UUID, tuple[Universe, np.ndarray]] = LRU(64)
 
 
 def _universe(row: LiveSession) -> tuple[Universe, np.ndarray]:
     """The session's universe and the rank of each task in its recommended order (cached:
     both are fixed at creation)."""
-    with _CACHE_LOCK:
-        hit = _CACHE.get(row.id)
-        if hit is not None:
-            _CACHE.move_to_end(row.id)
-            return hit
+    hit = _CACHE.get(row.id)
+    if hit is not None:
+        return hit
     universe = make_universe(row.universe["task_ids"], row.universe["groups"])
     rank = np.empty(universe.n, dtype=np.int64)
     rank[[universe.index[t] for t in row.task_order]] = np.arange(universe.n)
-    with _CACHE_LOCK:
-        _CACHE[row.id] = (universe, rank)
-        while len(_CACHE) > 64:
-            _CACHE.popitem(last=False)
+    _CACHE.put(row.id, (universe, rank))
     return universe, rank
 
 
@@ -181,7 +174,7 @@ def _prefix(observed: Observed, k: int) -> Observed:
     return replace(observed, sequence=observed.sequence[:k])
 
 
-_CHECKPOINTS: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+_CHECKPOINTS: LRU[tuple[Any, ...], dict[str, Any]] = LRU(4096)
 ENTRY_FIELDS = ("decision", "reason", "mean_difference", "statistic")
 
 
@@ -200,20 +193,14 @@ def _checkpoint(sid: uuid.UUID, universe: Universe, observed: Observed, spec: Li
     digest = hashlib.blake2b(b"".join((seq.tobytes(), observed.y_a[seq].tobytes(), observed.y_b[seq].tobytes())),
                              digest_size=16).digest()
     key = (sid, kj, level, tuple(ahead), forecast, k_cap, digest)
-    with _CACHE_LOCK:
-        hit = _CHECKPOINTS.get(key)
-        if hit is not None:
-            _CHECKPOINTS.move_to_end(key)
+    hit = _CHECKPOINTS.get(key)
     if hit is not None and hit["decision"] == "defer" and not need_full:
         return copy.deepcopy(hit), None
     full = live_decision(universe, _prefix(observed, kj), replace(spec, a=level), rank, fixed_checkpoint=True,
                          checkpoints=ahead, forecast=forecast)
     _guard(universe, observed, spec, kj, level, full, rank, k_cap)
     fields = {f: full[f] for f in ENTRY_FIELDS}
-    with _CACHE_LOCK:
-        _CHECKPOINTS[key] = copy.deepcopy(fields)
-        while len(_CHECKPOINTS) > 4096:
-            _CHECKPOINTS.popitem(last=False)
+    _CHECKPOINTS.put(key, copy.deepcopy(fields))
     return fields, full
 
 

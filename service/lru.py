@@ -1,0 +1,70 @@
+"""A small bounded LRU mapping, safe to share between threads.
+
+The service keeps a few derived things per process (parsed datasets, plans, decoded pair
+tables, rendered figures): each is fixed once computed, and a request or a worker thread
+may ask for it. One class bounds them all by entry count, evicting the least recently used
+first; a hit refreshes an entry, a miss costs nothing. Computing a missing value is left to
+the caller, outside the lock, so two threads may compute the same value once each: the
+second ``put`` wins, which is harmless for values that never change.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from threading import Lock
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    """At most ``size`` entries; ``get`` and ``put`` make an entry the most recent."""
+
+    def __init__(self, size: int):
+        if size < 1:
+            raise ValueError(f"an LRU holds at least 1 entry, not {size}")
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = Lock()
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key`` (``None`` when absent), now the most recently used."""
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def pop(self, key: K) -> V | None:
+        """Remove ``key`` (a value that must not be served again); its value or ``None``."""
+        with self._lock:
+            return self._items.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __contains__(self, key: object) -> bool:
+        """Membership without refreshing the entry."""
+        with self._lock:
+            return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def keys(self) -> list[K]:
+        """The keys, least recently used first (a copy)."""
+        with self._lock:
+            return list(self._items)
+
+
+__all__ = ["LRU"]

@@ -1,0 +1,60 @@
+"""The bounded LRU every per-process cache of the service uses (``service/lru.py``)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from service.lru import LRU
+
+
+def test_evicts_the_least_recently_used_and_a_hit_refreshes() -> None:
+    cache: LRU[str, int] = LRU(3)
+    for i, k in enumerate("abc"):
+        cache.put(k, i)
+    assert cache.get("a") == 0  # a is now the most recent: b goes first
+    cache.put("d", 3)
+    assert cache.keys() == ["c", "a", "d"] and cache.get("b") is None
+    cache.put("c", 20)  # a put refreshes too, and replaces the value
+    cache.put("e", 4)
+    assert cache.keys() == ["d", "c", "e"] and cache.get("c") == 20 and len(cache) == 3
+    assert "d" in cache and cache.keys()[0] == "d"  # membership does not refresh
+    assert cache.pop("d") == 3 and cache.pop("d") is None and "d" not in cache
+    cache.clear()
+    assert len(cache) == 0 and cache.get("c") is None
+
+
+def test_a_stored_falsy_value_is_a_hit() -> None:
+    cache: LRU[str, object] = LRU(2)
+    cache.put("zero", 0)
+    cache.put("empty", ())
+    assert cache.get("zero") == 0 and cache.get("empty") == ()
+    assert cache.keys() == ["zero", "empty"]
+
+
+def test_size_is_at_least_one() -> None:
+    with pytest.raises(ValueError):
+        LRU(0)
+
+
+def test_concurrent_puts_and_gets_keep_the_bound() -> None:
+    cache: LRU[int, int] = LRU(50)
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(2_000):
+                cache.put(offset + i, i)
+                cache.get(offset + i - 1)
+                assert len(cache) <= 50
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t * 10_000,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(cache) == 50
+    assert all(cache.get(k) == k % 10_000 for k in cache.keys())
