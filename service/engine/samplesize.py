@@ -42,7 +42,10 @@ def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int =
 
     lo, hi = f + 1, 2 * (f + 1)
     if f == 0:  # start from the closed form; the bisection below only corrects its rounding
-        guess = max(1, math.ceil(math.log(1.0 - level) / math.log1p(-target) - 1e-9))
+        closed = math.log(1.0 - level) / math.log1p(-target)
+        if not closed <= MAX_RUNS:  # a target of 5e-324 needs ~6e323 runs (inf to ceil())
+            raise StatsInputError("max_failure_rate", f"more than {MAX_RUNS:.3g} runs would be needed")
+        guess = max(1, math.ceil(closed - 1e-9))
         lo, hi = max(1, guess // 2), max(2, guess)
     while hi <= MAX_RUNS and bound(hi) > target:
         lo, hi = hi, hi * 2

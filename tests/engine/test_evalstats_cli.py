@@ -84,3 +84,12 @@ def test_leaderboard_table_shows_rank_intervals_letters_and_unequal_task_sets(tm
     # every pair differs (McNemar 10-0, 30-0, 15-0 on the common tasks), so each rank is pinned
     assert [(r["rank_low"], r["rank_high"]) for r in doc["rows"]] == [(1, 1), (2, 2), (3, 3)]
     assert [r["letters"] for r in doc["rows"]] == [["a"], ["b"], ["c"]]
+
+
+@pytest.mark.parametrize("target", ["5e-324", "1e-300"])
+def test_a_failure_rate_too_small_for_any_run_count_is_an_error_naming_it(target, capsys):
+    """The closed form ln(alpha) / ln(1 - target) overflows (5e-324: about 6e323 runs, inf
+    to ``ceil``): a refusal naming the argument, not a traceback."""
+    assert main(["stats", "runs", "--max-failure-rate", target]) == 2
+    err = capsys.readouterr().err
+    assert "--max-failure-rate" in err and "runs would be needed" in err
