@@ -1,8 +1,10 @@
 """Property-based fuzzing of every operation of the OpenAPI document (schemathesis, built on
 hypothesis), on SQLite and Postgres, against the app under uvicorn with auth required and a
 key holding every scope: no response is a 5xx, and every response matches its documented
-status codes, content type and schema, in under 5 s each. The examples per operation are
-bounded so the run stays well under a minute.
+status codes, content type and schema. The examples per operation are bounded so the run
+stays well under a minute. A request that does not answer within ``HANG`` seconds fails (a
+guard against hangs, not a speed check: the work of known expensive inputs is counted in
+test_limits and test_bounded).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tests.service.conftest import make_settings, synth_csv
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 RANDOM = bool(os.environ.get("SUFFICIENCY_FUZZ_RANDOM"))  # explore beyond the fixed examples
 EXAMPLES = int(os.environ.get("SUFFICIENCY_FUZZ_EXAMPLES", "30"))
-SLOW = 5.0  # seconds: an input that makes one request this slow is a way to exhaust the service
+HANG = 60.0  # seconds without an answer: the request hangs
 
 
 @pytest.fixture
@@ -87,10 +89,10 @@ def _fuzz(operation, mode: GenerationMode, target: dict[str, object], calls: lis
     @given(case=operation.as_strategy(generation_mode=mode))
     def run(case) -> None:  # noqa: ANN001
         calls[0] += 1
-        started = time.monotonic()
-        response = case.call(base_url=target["base"], headers=target["headers"], timeout=30)
-        elapsed = time.monotonic() - started
-        assert elapsed < SLOW, f"{case.operation.label} took {elapsed:.1f} s: {case.as_curl_command()}"
+        try:
+            response = case.call(base_url=target["base"], headers=target["headers"], timeout=HANG)
+        except Exception as exc:  # a timeout, or the connection dropped: say which input
+            raise AssertionError(f"{case.operation.label}: {type(exc).__name__}: {case.as_curl_command()}") from exc
         case.validate_response(response, checks=CHECKS)
 
     run()
