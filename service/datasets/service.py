@@ -183,6 +183,7 @@ def delete(session: Session, dataset_id: uuid.UUID, *, with_replays: bool) -> li
     work). Live sessions keep the universe they copied at creation; their link is cleared."""
     from service.errors import Conflict
     from service.replays import repository as replays_repo
+    from service.replays import service as replays_service
 
     dataset = get(session, dataset_id)
     uses = replays_repo.uses_of_dataset(session, dataset_id)
@@ -198,9 +199,10 @@ def delete(session: Session, dataset_id: uuid.UUID, *, with_replays: bool) -> li
     if uses and not with_replays:
         ids = ", ".join(str(u.id) for u in uses[:20]) + (" ..." if len(uses) > 20 else "")
         raise Conflict(f"dataset {dataset_id} has {len(uses)} finished replay(s) ({ids}); deleting it deletes their "
-                       "reports too: repeat with ?with_replays=true to do that, or download them first")
+                       "reports too: repeat with ?with_replays=true to do that (or delete them one by one: DELETE "
+                       "/v1/replays/{id}), or download them first")
     deleted = [u.id for u in uses]
-    replays_repo.delete_replays(session, deleted)
+    replays_service.remove(session, deleted)
     repository.delete(session, dataset)
     _CACHE.pop(dataset_id)
     for forget in _ON_DELETE:

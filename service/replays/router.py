@@ -1,4 +1,4 @@
-"""``/v1/replays``: submit, follow, cancel, and fetch reports and metric rows."""
+"""``/v1/replays``: submit, follow, cancel or delete, and fetch reports and metric rows."""
 
 from __future__ import annotations
 
@@ -77,11 +77,24 @@ def get_replay(replay_id: uuid.UUID, session: SessionDep) -> ReplayRead:
 @router.delete(
     "/{replay_id}",
     response_model=ReplayRead,
-    responses=responses(NotFound, Conflict),
-    summary="Cancel a queued or running replay",
+    responses={
+        204: {"description": "Deleted: the replay had finished (succeeded, failed or cancelled); it and everything "
+                             "stored for it (report, metric rows, per-pair tables, chunk results) are gone"},
+        **responses(NotFound),
+    },
+    summary="Cancel a queued or running replay (200); delete a finished one (204)",
 )
-def cancel_replay(replay_id: uuid.UUID, session: SessionDep) -> ReplayRead:
-    return service.read(session, service.cancel(session, replay_id))
+def delete_replay(replay_id: uuid.UUID, session: SessionDep) -> Response | ReplayRead:
+    """A queued or running replay is cancelled: 200 with the replay, now ``cancelled`` (its
+    workers stop at their next heartbeat; it stays stored so its end can be read). A finished
+    one (succeeded, failed or cancelled) is deleted with its report, metric rows, per-pair
+    tables and chunk results: 204, and its routes answer 404 from then on. So a running replay
+    is removed by two DELETEs. The dataset and other replays are untouched. 404 for an unknown
+    id, or a replay of another owner (the ``submit`` scope, as for submitting)."""
+    replay = service.cancel_or_delete(session, replay_id)
+    if replay is None:
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return service.read(session, replay)
 
 
 _REPORT_RESPONSES = {

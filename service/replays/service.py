@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from datetime import UTC
 from threading import Lock
 from typing import Any
@@ -153,12 +154,45 @@ def read(session: Session, replay: Replay) -> ReplayRead:
 
 
 def cancel(session: Session, replay_id: uuid.UUID) -> Replay:
-    """Queued or running → cancelled. Workers see it at their next heartbeat and stop."""
+    """Queued or running → cancelled (409 once finished). Workers see it at their next
+    heartbeat and stop."""
+    replay = _locked(session, replay_id)
+    if replay.status in FINISHED:
+        raise Conflict(f"replay {replay_id} is already {replay.status}")
+    return _cancelled(session, replay)
+
+
+def cancel_or_delete(session: Session, replay_id: uuid.UUID) -> Replay | None:
+    """``DELETE /v1/replays/{id}``: a queued or running replay is cancelled and returned (it
+    stays stored, so its end can be read); a finished one (succeeded, failed or cancelled) is
+    deleted with everything stored for it, and ``None`` returned. Under the row lock, so a
+    replay finishing meanwhile is either cancelled before or deleted after."""
+    replay = _locked(session, replay_id)
+    if replay.status not in FINISHED:
+        return _cancelled(session, replay)
+    remove(session, [replay.id])
+    return None
+
+
+def remove(session: Session, replay_ids: Sequence[uuid.UUID]) -> None:
+    """Delete finished replays with their chunks, report, metric rows and per-pair tables (the
+    caller checks they are finished), and forget what this process derived from them: the
+    served report bytes and the plan at once, decision calibrations (built from finished
+    replays' metric rows) at their next look-up; other processes within their cache TTL."""
+    repository.delete_replays(session, replay_ids)
+    for rid in replay_ids:
+        _PLANS.pop(rid)
+    note_finished()
+
+
+def _locked(session: Session, replay_id: uuid.UUID) -> Replay:
     replay = repository.get(session, replay_id, lock=True)
     if replay is None:
         raise NotFound(f"replay {replay_id} does not exist")
-    if replay.status in FINISHED:
-        raise Conflict(f"replay {replay_id} is already {replay.status}")
+    return replay
+
+
+def _cancelled(session: Session, replay: Replay) -> Replay:
     replay.status = CANCELLED
     replay.finished_at = utcnow()
     session.flush()

@@ -99,6 +99,7 @@ def test_replays_and_sessions_belong_to_their_owner(app_client: TestClient) -> N
         assert c.get(path, headers=alice).status_code == 200, path
         assert c.get(path, headers=bob).status_code == 404, path
     assert c.delete(f"/v1/replays/{rid}", headers=bob).status_code == 404
+    assert c.get(f"/v1/replays/{rid}", headers=alice).status_code == 200  # bob's DELETE touched nothing
     assert [x["id"] for x in c.get("/v1/replays", headers=alice).json()["items"]] == [rid]
     assert c.get("/v1/replays", headers=bob).json() == {"items": [], "total": 0, "limit": 50, "offset": 0}
     page = c.get(f"/replays/{rid}", headers=bob)
@@ -110,6 +111,10 @@ def test_replays_and_sessions_belong_to_their_owner(app_client: TestClient) -> N
     obs = {"observations": [{"task_id": "t0", "system": "new", "outcome": 1}]}
     assert c.post(f"/v1/sessions/{sid}/observations", json=obs, headers=bob).status_code == 404
     assert c.post(f"/v1/sessions/{sid}/observations", json=obs, headers=alice).status_code == 200
+    reader = _key(c, "alice-read", "read", owner="alice")  # deleting needs submit, like submitting
+    assert c.delete(f"/v1/replays/{rid}", headers=reader).status_code == 403
+    assert c.delete(f"/v1/replays/{rid}", headers=alice2).status_code == 204  # another key of the owner
+    assert c.get(f"/v1/replays/{rid}", headers=alice).status_code == 404
 
 
 def test_rate_limit_answers_429_with_retry_after(backend: dict[str, object]) -> None:

@@ -83,9 +83,23 @@ def test_a_replay_stored_with_rows_in_its_report_is_served_from_them(client: Tes
     assert client.get(f"/v1/replays/{rid}/figures/classes.svg").status_code == 200
 
 
-def test_pairs_of_an_unfinished_replay_are_a_conflict(client: TestClient) -> None:
+def test_pairs_of_an_unfinished_replay_are_a_conflict(client: TestClient, monkeypatch) -> None:  # noqa: ANN001
+    import threading
+
+    import service.engine.replay as engine
+
+    gate, real = threading.Event(), engine.run_chunk
+
+    def held(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        gate.wait(30)  # the replay cannot finish before it is cancelled (a DELETE then would delete it)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_chunk", held)
     ds = upload(client, synth_csv(seed=33))
     rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **SMALL_SPEC, "orders": 400}).json()["id"]
-    client.delete(f"/v1/replays/{rid}")
+    try:
+        assert client.delete(f"/v1/replays/{rid}").json()["status"] == "cancelled"
+    finally:
+        gate.set()
     r = client.get(f"/v1/replays/{rid}/pairs")
     assert r.status_code == 409 and "cancelled" in r.json()["detail"]

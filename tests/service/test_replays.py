@@ -157,12 +157,72 @@ def test_cancel(client: TestClient) -> None:
     r = client.delete(f"/v1/replays/{rid}")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
     assert r.json()["finished_at"] is not None
-    again = client.delete(f"/v1/replays/{rid}")
-    assert again.status_code == 409 and again.json()["error"] == "conflict"
     assert client.get(f"/v1/replays/{rid}/report").status_code == 409
     client.app.state.runner.wait_idle(timeout=60)
-    assert client.get(f"/v1/replays/{rid}").json()["status"] == "cancelled"
+    assert client.get(f"/v1/replays/{rid}").json()["status"] == "cancelled"  # kept: its end can be read
+    again = client.delete(f"/v1/replays/{rid}")  # a cancelled replay is finished: this deletes it
+    assert again.status_code == 204 and again.content == b""
+    assert client.get(f"/v1/replays/{rid}").status_code == 404
+    assert client.delete(f"/v1/replays/{rid}").status_code == 404
     assert client.delete("/v1/replays/00000000-0000-0000-0000-000000000000").status_code == 404
+    assert client.delete("/v1/replays/not-a-uuid").status_code == 422
+
+
+def _stored_rows(client: TestClient) -> dict[str, dict[str, int]]:
+    """Rows per replay id in every table that holds something of a replay."""
+    from sqlalchemy import func, select
+
+    from service.replays.models import MetricRow, Replay, ReplayChunk, ReplayPairTable
+
+    out: dict[str, dict[str, int]] = {}
+    with client.app.state.sessionmaker() as s:
+        for model, col in ((Replay, Replay.id), (ReplayChunk, ReplayChunk.replay_id),
+                           (MetricRow, MetricRow.replay_id), (ReplayPairTable, ReplayPairTable.replay_id)):
+            for rid, n in s.execute(select(col, func.count()).group_by(col)).all():
+                out.setdefault(str(rid), {})[model.__tablename__] = n
+    return out
+
+
+def test_deleting_a_finished_replay_removes_it_and_everything_stored_for_it_only(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import service.engine.replay as engine
+
+    ds1, ds2 = upload(client, synth_csv(seed=50)), upload(client, synth_csv(seed=51))
+    gone, kept, other = (_submit(client, d, **{**SMALL_SPEC, "seed": s})["id"] for d, s in
+                         ((ds1["id"], 1), (ds1["id"], 2), (ds2["id"], 1)))
+    assert all(wait_for(client, rid)["status"] == "succeeded" for rid in (gone, kept, other))
+    routes = ("", "/report", "/report.csv", "/metrics", "/pairs")
+    for path in routes:  # served once: whatever this process caches of it must go too
+        assert client.get(f"/v1/replays/{gone}{path}").status_code == 200, path
+    before = _stored_rows(client)
+    assert set(before[gone]) == {"replays", "replay_chunks", "metric_rows", "replay_pair_tables"}
+    reports = {rid: client.get(f"/v1/replays/{rid}/report").content for rid in (kept, other)}
+
+    r = client.delete(f"/v1/replays/{gone}")
+    assert r.status_code == 204 and r.content == b""
+    for path in routes:
+        assert client.get(f"/v1/replays/{gone}{path}").status_code == 404, path
+    after = _stored_rows(client)
+    assert gone not in after and after == {k: v for k, v in before.items() if k != gone}
+    assert {x["id"] for x in client.get("/v1/replays").json()["items"]} == {kept, other}
+    assert {rid: client.get(f"/v1/replays/{rid}/report").content for rid in (kept, other)} == reports
+    assert client.get("/v1/datasets").json()["total"] == 2
+    assert client.delete(f"/v1/replays/{gone}").status_code == 404
+
+    def broken(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(engine, "run_chunk", broken)
+    failed = _submit(client, ds1["id"], **{**SMALL_SPEC, "seed": 3})["id"]
+    assert wait_for(client, failed)["status"] == "failed"
+    assert client.delete(f"/v1/replays/{failed}").status_code == 204
+    assert client.get(f"/v1/replays/{failed}").status_code == 404
+    # with its replays deleted one by one, the dataset goes without ?with_replays=true
+    assert client.delete(f"/v1/replays/{kept}").status_code == 204
+    r = client.delete(f"/v1/datasets/{ds1['id']}")
+    assert r.status_code == 200 and r.json()["deleted_replays"] == []
+    assert set(_stored_rows(client)) == {other}
 
 
 def test_list_and_filter(client: TestClient) -> None:
