@@ -61,8 +61,8 @@ def test_an_entry_near_its_end_is_served_and_refreshed() -> None:
 
     async def main() -> tuple[Principal | None, ...]:
         first = await mw._verify(TOKEN)
-        digest = next(iter(mw._verified))
-        mw._verified[digest] = (time.monotonic() + 1.0, ALICE)  # in the last fifth of its 10 s
+        [digest] = mw._verified.keys()
+        mw._verified.put(digest, (time.monotonic() + 1.0, ALICE))  # in the last fifth of its 10 s
         served = await mw._verify(TOKEN)  # still trusted: served from the cache, and a refresh starts
         assert len(calls) == 1 and len(mw._inflight) == 1
         await asyncio.gather(*mw._inflight.values())
@@ -78,8 +78,8 @@ def test_an_expired_entry_is_never_served() -> None:
 
     async def main() -> tuple[Principal | None, Principal | None]:
         first = await mw._verify(TOKEN)
-        digest = next(iter(mw._verified))
-        mw._verified[digest] = (time.monotonic() - 0.001, ALICE)
+        [digest] = mw._verified.keys()
+        mw._verified.put(digest, (time.monotonic() - 0.001, ALICE))
         return first, await mw._verify(TOKEN)
 
     assert asyncio.run(main()) == (ALICE, None)
