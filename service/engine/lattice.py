@@ -103,7 +103,13 @@ def _fourier_cdf(
     power ``φ^k``; rows sorted by ``lo`` keep the projections per block few)."""
     m = (n - 1) // 2
     per_row = np.ndim(lo) > 0
-    lows, which = np.unique(lo, return_inverse=True) if per_row else (np.array([lo]), None)
+    if not per_row:
+        lows, which = np.array([lo]), None
+    elif np.all(lo[1:] >= lo[:-1]):  # sorted (as approx_bracket passes them): runs, no sort
+        new = np.r_[True, lo[1:] != lo[:-1]]
+        lows, which = lo[new], np.cumsum(new) - 1
+    else:
+        lows, which = np.unique(lo, return_inverse=True)
     out = (c - (lows[which] if per_row else lows[0]) + 1) / n * np.ones(len(pmf))
     if m == 0 or not len(pmf):
         return out
@@ -392,7 +398,7 @@ def berry_esseen_bracket(
 
 class Histograms:
     """The observed counts of a block of cases and what every threshold needs from them:
-    ``counts [cases, V]`` (float32, exact, a row per case) over ``values``, ``k``, ``Σv``,
+    ``counts [cases, V]`` (exact integers, a row per case) over ``values``, ``k``, ``Σv``,
     ``Σv²``, least and largest observed value, and a fingerprint of each row. Built once per
     block; ``Tails`` at several thresholds share it."""
 
@@ -449,7 +455,7 @@ class Tails:
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
 
     def _rows(self, idx: np.ndarray) -> np.ndarray:
-        return self.counts[idx]  # float32: exact counts; the kernels take float64 pmfs of them
+        return self.counts[idx]  # exact counts; the kernels take float64 pmfs of them
 
     def settle(self, decide) -> np.ndarray:
         """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
@@ -573,7 +579,11 @@ def bootstrap_decisions(
     """
     if ("lattice",) not in cache:
         vals = np.unique(values)
-        counts = np.empty((ssum.size, len(vals)), dtype=np.float32)  # [cases, V]: exact small integers
+        kmax = int(ks.max(initial=0))
+        dtype = np.uint8 if kmax < 1 << 8 else np.uint16 if kmax < 1 << 16 else np.float32
+        # [cases, V], the smallest type that holds k: the random gathers of the short sum's rows
+        # then stay in cache (a block of uint8 counts is a quarter of the float32 one)
+        counts = np.empty((ssum.size, len(vals)), dtype=dtype)
         weights = _FINGERPRINT[: len(vals)] if len(vals) <= len(_FINGERPRINT) else np.zeros(len(vals))
         fingerprint = np.zeros(ssum.size)
         for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
