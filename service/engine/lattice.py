@@ -188,10 +188,19 @@ def _bennett(t: np.ndarray, var_sum: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Bennett's bound on ``P(S - E S >= t)`` for ``t > 0``: summands at most ``b`` above their
     mean, total variance ``var_sum`` (1 where it says nothing)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        u = b * t / var_sum
-        h = (1.0 + u) * np.log1p(u) - u
-        bound = np.exp(-(var_sum / (b * b)) * h)
-    return np.where((t > 0) & (var_sum > 0) & (b > 0), np.nan_to_num(bound, nan=1.0), 1.0)
+        u = b * t
+        u /= var_sum
+        h = np.log1p(u)
+        h *= u + 1.0
+        h -= u  # (1 + u)·log(1 + u) - u
+        bound = b * b
+        np.divide(var_sum, bound, out=bound)
+        bound *= h
+        np.negative(bound, out=bound)
+        np.exp(bound, out=bound)
+    says_nothing = (t <= 0) | (var_sum <= 0) | (b <= 0) | np.isnan(bound)
+    bound[says_nothing] = 1.0
+    return bound
 
 
 def bennett_bracket(
