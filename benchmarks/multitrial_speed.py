@@ -1,6 +1,6 @@
 """Replay speed on multi-trial and fractional records against binary records, per rule.
 
-    python benchmarks/multitrial_speed.py [--orders 500] [--rules bootstrap_200,bootstrap_exact,...]
+    python benchmarks/multitrial_speed.py [--orders 500] [--rules bootstrap_200,bootstrap_exact,...] [--repeat 3]
 
 For each rule, replays the same spec (δ = 0, no grouping, the 19-point budget grid, one
 process) on ``swebench_lite`` (binary, single trial: the baseline), ``terminal_bench_1_fractional``
@@ -8,6 +8,9 @@ process) on ``swebench_lite`` (binary, single trial: the baseline), ``terminal_b
 fresh process, and prints wall and CPU time, µs per case and peak RSS, and the per-case ratio
 to ``swebench_lite`` measured in the same run. CPU time is the steadier number on a shared
 machine; ``mcnemar`` runs on binary records only (the others refuse it, as SPEC §4.2 says).
+``--repeat N`` runs each replay N times (each in a fresh process, the three datasets in turn)
+and keeps the least wall and CPU time of each: on a shared host, the other tenants only ever
+add time.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orders", type=int, default=500)
     ap.add_argument("--rules", default=",".join(RULES), help="comma-separated subset of " + ", ".join(RULES))
+    ap.add_argument("--repeat", type=int, default=1, help="runs per replay; the least times are kept")
     ap.add_argument("--child", nargs=2, metavar=("DATASET", "RULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -70,18 +74,27 @@ def main() -> None:
     print(f"orders {args.orders}, delta 0, no grouping, 19 budgets, one process per replay")
     print(
         f"{'rule':16s} {'dataset':28s} {'cases':>10s} {'wall s':>8s} {'cpu s':>8s} {'us/case':>8s} "
-        f"{'cpu us/case':>11s} {'x lite (cpu)':>12s} {'peak MB':>8s}"
+        f"{'cpu us/case':>11s} {'x lite cpu (wall)':>17s} {'peak MB':>8s}"
     )
     for rule in args.rules.split(","):
         base = None
+        runs: dict[str, dict] = {}
+        for _ in range(max(1, args.repeat)):
+            for dataset in DATASETS:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--orders", str(args.orders), "--child", dataset, rule],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                if dataset in runs and "refused" not in r:
+                    best = runs[dataset]
+                    r = {**r, "wall": min(r["wall"], best["wall"]), "cpu": min(r["cpu"], best["cpu"]),
+                         "peak_mb": max(r["peak_mb"], best["peak_mb"])}
+                runs[dataset] = r
         for dataset in DATASETS:
-            out = subprocess.run(
-                [sys.executable, __file__, "--orders", str(args.orders), "--child", dataset, rule],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = runs[dataset]
             if "refused" in r:
                 print(f"{rule:16s} {dataset:28s} refused: {r['refused']}")
                 continue
@@ -91,7 +104,7 @@ def main() -> None:
             ratio = f"{per_cpu / base[1]:.1f} ({per_wall / base[0]:.1f})" if base else "-"
             print(
                 f"{rule:16s} {dataset:28s} {r['cases']:10,d} {r['wall']:8.2f} {r['cpu']:8.2f} {per_wall:8.3f} "
-                f"{per_cpu:11.3f} {ratio:>12s} {r['peak_mb']:8.0f}",
+                f"{per_cpu:11.3f} {ratio:>17s} {r['peak_mb']:8.0f}",
                 flush=True,
             )
 
