@@ -25,6 +25,7 @@ from service.auth.ownership import bind_owner_scope
 from service.config import Settings
 from service.db import engine_for, make_sessionmaker, run_migrations
 from service.docs import install_docs
+from service.engine.blas import one_blas_thread
 from service.errors import ErrorBody, install_handlers
 from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, bind_runner
 
@@ -49,6 +50,7 @@ after every task come first (the paths do not overlap, so the order changes noth
 def build_runner(settings: Settings, ctx: TaskContext) -> JobRunner:
     if settings.broker_url:
         return CeleryRunner(settings)
+    one_blas_thread()  # replays run on this process's threads, beside the requests
     return InProcessRunner(ctx, settings.runner_threads)
 
 

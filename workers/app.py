@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutting_down
+from celery.signals import worker_process_init, worker_ready, worker_shutting_down
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from service.config import Settings
 from service.db import engine_for, make_sessionmaker
+from service.engine.blas import one_blas_thread
 from service.jobs import TASKS, CeleryRunner, TaskContext, bind_runner, is_transient, load_tasks, make_celery
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ def create_worker_app(settings: Settings) -> Celery:
     if not settings.broker_url:
         raise ValueError("the Celery worker needs SUFFICIENCY_BROKER_URL (redis://...)")
     load_tasks()
+    one_blas_thread()  # several worker processes share the cores (see service/engine/blas.py)
+    worker_process_init.connect(lambda **_: one_blas_thread(), weak=False)  # a pool started by spawn
     app = make_celery(settings)
     state = _ProcessState(settings)
 

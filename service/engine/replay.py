@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.engine.blas import one_blas_thread
 from service.engine.chunk import ChunkResult, Progress, run_chunk
 from service.engine.metrics import build_report, sufficiency_table
 from service.engine.plan import Plan, plan_replay
@@ -48,7 +49,7 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
 
         ctx = mp.get_context("spawn" if mp.get_start_method(allow_none=True) == "spawn" else "fork")
         results = []
-        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=one_blas_thread) as pool:
             futs = {pool.submit(_worker, (records, spec, a, b)): (a, b) for a, b in bounds}
             for fut in cf.as_completed(futs):
                 a, b = futs[fut]

@@ -1,0 +1,36 @@
+"""One BLAS thread in processes that replay alongside others.
+
+The engine's matrix products are many and small. Where several replay processes (Celery
+workers, ``--jobs`` pools) or the API's job threads share the cores, OpenBLAS's own threads
+wait for busy cores by spinning: on a loaded two-core host a fractional-records replay took 3x
+the wall time and the CPU of the same replay on one thread (benchmarks/multitrial_speed.py).
+Parallelism comes from the processes instead. A lone replay on an idle machine (the CLI with
+``--jobs 1``) keeps the default.
+"""
+
+from __future__ import annotations
+
+import os
+
+from threadpoolctl import threadpool_limits
+
+_limit: threadpool_limits | None = None
+
+
+def one_blas_thread() -> None:
+    """Limit BLAS to one thread in this process, for the rest of its life (idempotent).
+
+    ``threadpool_limits`` reaches the libraries loaded so far, so numpy's and scipy's BLAS are
+    loaded first; the environment variables cover any loaded later and child processes. An
+    operator who sets ``OPENBLAS_NUM_THREADS`` chooses for themselves: nothing changes then."""
+    global _limit
+    if _limit is None and "OPENBLAS_NUM_THREADS" not in os.environ:
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+        import numpy  # noqa: F401
+        import scipy.linalg  # noqa: F401  (scipy may bundle its own BLAS)
+
+        _limit = threadpool_limits(limits=1, user_api="blas")
+
+
+__all__ = ["one_blas_thread"]
