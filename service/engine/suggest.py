@@ -76,6 +76,17 @@ def deal_slots(deficit: np.ndarray, room: np.ndarray, n: int, slots: int) -> np.
     return np.array(extra, dtype=np.int64)
 
 
+def group_order(universe: Universe, seed: int) -> np.ndarray:
+    """The universe's tasks by group, and within a group by ``universe.priority(seed)``; kept
+    on the universe (read-only), which outlives the request."""
+    cache = universe.__dict__.setdefault("_group_order", {})
+    if seed not in cache:
+        order = np.lexsort((universe.priority(seed), universe.labels))
+        order.flags.writeable = False
+        cache[seed] = order
+    return cache[seed]
+
+
 def next_tasks(universe: Universe, observed: Observed, spec: LiveSpec, priority: np.ndarray | None,
                k_cap: int) -> dict[str, object] | None:
     """Which unobserved tasks to run so that coverage is met at the next budget point.
@@ -101,14 +112,14 @@ def next_tasks(universe: Universe, observed: Observed, spec: LiveSpec, priority:
     need = np.minimum(np.maximum(req - have, 0), avail)
     slots = kp - k - int(need.sum())
     alloc = need + deal_slots(kp * n_g - (have + need) * n, avail - need, n, slots) if slots > 0 else need
-    if priority is None:
-        priority = universe.priority(spec.seed)
-    half = (observed.trials_a > 0) | (observed.trials_b > 0)
-    # candidates: unobserved, half-done first, then by priority; then grouped, keeping that order
-    cand = np.flatnonzero(~observed_mask)
-    cand = cand[np.lexsort((priority[cand], ~half[cand]))]
-    cand_labels = labels[cand]
-    cand = cand[np.argsort(cand_labels, kind="stable")]
+    # candidates by group: unobserved, half-done first, then by priority
+    order = group_order(universe, spec.seed) if priority is None else np.lexsort((priority, labels))
+    free = ~observed_mask[order]
+    cand, cand_labels = order[free], labels[order[free]]
+    half = ((observed.trials_a > 0) | (observed.trials_b > 0))[cand]
+    if half.any():  # half-done first within each group (the sort is stable: priority order stays)
+        first = np.argsort(cand_labels * 2 + ~half, kind="stable")
+        cand, cand_labels = cand[first], cand_labels[first]
     starts = np.concatenate(([0], np.cumsum(np.bincount(cand_labels, minlength=len(n_g)))))
     picks: list[tuple[float, int, int]] = []
     groups = []
@@ -130,4 +141,5 @@ def next_tasks(universe: Universe, observed: Observed, spec: LiveSpec, priority:
     }
 
 
-__all__ = ["budget_points", "deal_slots", "default_priority", "next_point", "next_tasks", "recommended_order"]
+__all__ = ["budget_points", "deal_slots", "default_priority", "group_order", "next_point", "next_tasks",
+           "recommended_order"]

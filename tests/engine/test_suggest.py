@@ -66,11 +66,13 @@ def test_next_tasks_equals_the_literal_reference() -> None:
         budgets = sorted({float(b) for b in rng.choice([0.05, 0.1, 0.25, 0.3, 0.5, 0.75, 1.0], 3)})
         spec = make_live_spec(floor=floor, budgets=budgets, seed=trial)
         k_cap = n if trial % 3 else max(1, int(n * 0.6))
-        priority = universe.priority(spec.seed)
+        # the universe's own rank, or a caller's (with ties, broken by task position)
+        given = None if trial % 2 else rng.integers(0, n // 2 + 1, n)
+        priority = universe.priority(spec.seed) if given is None else given
         half = ((observed.trials_a > 0) | (observed.trials_b > 0)).tolist()
         want = literal_next(ids, lab, list(universe.group_names), observed.sequence.tolist(), half,
                             priority.tolist(), floor, budgets, k_cap)
-        got = suggest.next_tasks(universe, observed, spec, None, k_cap)
+        got = suggest.next_tasks(universe, observed, spec, given, k_cap)
         assert got == want, trial
         if got is not None:
             seen_slots += sum(g["run"] for g in got["groups"]) > sum(g["missing"] for g in got["groups"])
