@@ -25,12 +25,12 @@ from pydantic import ValidationError
 from service.config import Settings
 from service.errors import ServiceError, ServiceUnavailable, validation_detail
 
-DATASET = b""
-"""What the worker answers for a body naming a dataset: the caller decides it in a thread."""
 
-
-def decide_raw(raw: bytes, limits: dict[str, Any]) -> tuple[int, bytes]:
-    """In the worker: ``(status, body)`` for a decision request's raw bytes."""
+def decide_raw(raw: bytes, limits: dict[str, Any]) -> tuple[int, Any]:
+    """In the worker: ``(status, body)`` for a decision request's raw bytes; ``(0, request)``
+    for one that names a dataset, with the parsed ``DecisionCreate`` (the caller decides it in
+    a thread, with the database, and need not parse the body again: unpickling the model costs
+    a small part of validating the JSON)."""
     from service import limits as checks
     from service.decisions import service
     from service.decisions.schemas import DecisionCreate
@@ -39,7 +39,7 @@ def decide_raw(raw: bytes, limits: dict[str, Any]) -> tuple[int, bytes]:
     try:
         body = DecisionCreate.model_validate_json(raw)
         if body.dataset_id is not None:
-            return 0, DATASET
+            return 0, body
         checks.check_decision(body, settings)
         return 200, service.decision_json(None, body, settings=settings)
     except ValidationError as exc:
@@ -72,9 +72,10 @@ class DecisionPool:
                 )
             return self._pool
 
-    async def decide(self, raw: bytes) -> tuple[int, bytes]:
-        """``(status, body)``; a 503 with Retry-After while ``max_pending_decisions`` are
-        already queued or running (a flood of large decisions waits for no one)."""
+    async def decide(self, raw: bytes) -> tuple[int, Any]:
+        """``(status, body)`` (``decide_raw``'s); a 503 with Retry-After while
+        ``max_pending_decisions`` are already queued or running (a flood of large decisions
+        waits for no one)."""
         if self._pending >= self.settings.max_pending_decisions:
             raise ServiceUnavailable(
                 f"{self._pending} large decisions are already being decided; retry shortly",

@@ -70,11 +70,13 @@ async def create_decision(request: Request) -> Response:
     # still held the GIL).
     settings = request.app.state.settings
     raw = await request.body()
+    parsed: DecisionCreate | None = None
     if len(raw) > settings.decision_inline_bytes:
         status, out = await decision_pool(request).decide(raw)
-        if status:  # else it names a dataset: parsed and decided in a thread below
+        if status:
             return Response(content=out, status_code=status, media_type="application/json")
-    body = await decision_body(request)
+        parsed = out  # it names a dataset: parsed there, decided in a thread below
+    body = parsed if parsed is not None else await decision_body(request)
     work = limits.check_decision(body, settings)
     if body.dataset_id is None and work > settings.decision_inline_work:
         status, out = await decision_pool(request).decide(raw)

@@ -4,6 +4,7 @@ others wait for that read instead of each going to the database."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -95,3 +96,39 @@ def test_concurrent_misses_read_the_calibration_once(monkeypatch: pytest.MonkeyP
                        2 + WAITERS, call)
     assert reads == 1 and len(opened) == 1
     assert all(r is rows for r in got)
+
+
+def test_a_large_dataset_decision_is_parsed_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Past ``decision_inline_bytes`` the decision process parses the body; one that names a
+    dataset comes back parsed and is decided in a thread without being parsed again, with the
+    answer a small body gets."""
+    from fastapi.testclient import TestClient
+
+    from service.decisions import router
+    from service.main import create_app
+    from tests.service.conftest import make_settings, synth_csv, upload
+
+    parses = []
+    real_parse = router.parse_decision
+    monkeypatch.setattr(router, "parse_decision", lambda raw: parses.append(len(raw)) or real_parse(raw))
+    answers = []
+    for limit in (10**9, 1024):
+        with TestClient(create_app(make_settings(data_dir=tmp_path / str(limit), decision_inline_bytes=limit,
+                                                 decision_fast_path=False))) as c:
+            content = synth_csv(n_systems=2, n_tasks=120)
+            ds = upload(c, content)
+            systems = [s["name"] for s in ds["summary"]["systems"]]
+            tasks = sorted({line.split(",")[1] for line in content.decode().splitlines()[1:]})
+            outcomes = {systems[0]: {t: float(i % 3 > 0) for i, t in enumerate(tasks)},
+                        systems[1]: {t: float(i % 2) for i, t in enumerate(tasks)}}
+            raw = json.dumps({"dataset_id": ds["id"], "system_a": systems[0], "system_b": systems[1],
+                              "outcomes": outcomes}).encode()
+            assert len(raw) > 1024
+            parses.clear()
+            r = c.post("/v1/decisions", content=raw, headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+            answers.append((r.content, len(parses), getattr(c.app.state, "decision_pool", None) is not None))
+    (small, small_parses, small_pool), (large, large_parses, large_pool) = answers
+    assert small == large
+    assert (small_parses, small_pool) == (1, False)  # parsed by the route
+    assert (large_parses, large_pool) == (0, True)  # parsed in the decision process only
