@@ -49,20 +49,33 @@ _BLOCK = 1 << 20
 """Cases × steps evaluated at once (bounds the working memory of a replay chunk)."""
 
 
-def _steps(x: np.ndarray, n: int, theta_x: float) -> tuple[np.ndarray, ...]:
-    """Per step: ``S_t``, ``c_t(θ_X)`` and the bet ``g_t`` (``x``: ``[cases, k]``)."""
+def _prefix(x: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """The parts of each step that do not depend on the threshold (``x``: ``[cases, k]``):
+    ``S_t``, ``S_{t−1}``, ``N − t + 1``, the running mean ``μ̂_{t−1}`` and variance ``σ̂²_{t−1}``."""
     k = x.shape[1]
     i = np.arange(1, k + 1, dtype=np.float64)
     s = np.cumsum(x, axis=1)
     s_prev = s - x
     q_prev = np.cumsum(x * x, axis=1) - x * x
-    c = (n * theta_x - s_prev) / (n - i + 1.0)
     mu = (0.5 + s_prev) / i
     ss = np.maximum(q_prev - s_prev * s_prev / np.maximum(i - 1.0, 1.0), 0.0)
     var = (0.25 + ss) / i
+    return s, s_prev, n - i + 1.0, mu, var
+
+
+def _centre(prefix: tuple[np.ndarray, ...], n: int, theta_x: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``c_t(θ_X)`` and the bet ``g_t`` aimed at ``θ_X`` (a scalar, or a column of candidates)."""
+    _, s_prev, rem, mu, var = prefix
+    c = (n * theta_x - s_prev) / rem
     edge = mu - c
     g = edge / (var + edge * edge)
-    return s, c, g
+    return c, g
+
+
+def _steps(x: np.ndarray, n: int, theta_x: float) -> tuple[np.ndarray, ...]:
+    """Per step: ``S_t``, ``c_t(θ_X)`` and the bet ``g_t`` (``x``: ``[cases, k]``)."""
+    prefix = _prefix(x, n)
+    return (prefix[0], *_centre(prefix, n, theta_x))
 
 
 def _bets(g: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,9 +122,11 @@ def betting_paths(
             if cov_ok is not None:
                 cov_all = np.asarray(cov_ok, dtype=bool)
                 cov = np.broadcast_to(cov_all[:, :kmax] if len(cov_all) == 1 else cov_all[rows, :kmax], vv.shape)
+            prefix = _prefix(x, n)  # the same for every threshold
+            s = prefix[0]
             for j, th in enumerate(thetas.tolist()):
                 theta_x = (th + 1.0) / 2.0
-                s, c, g = _steps(x, n, theta_x)
+                c, g = _centre(prefix, n, theta_x)
                 up, dn = _log_wealth(x, c, *_bets(g, c))
                 pos = above(vsum, i[None, :], th, lattice)
                 acc = pos & ((s / n > theta_x + TOL) | (up >= log_inv_a))
@@ -187,24 +202,15 @@ def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> 
 
 class _Wealth:
     """``ln K⁺_t(μ)`` and ``ln K⁻_t(μ)`` at the last step of ``x``, each ``μ`` tested with bets
-    aimed at it (the construction of the decision, at ``θ_X``): the parts of ``_steps`` that do
-    not depend on ``μ`` (running sums, mean, variance) are computed once, in the same arithmetic,
-    so at ``μ = θ_X`` the values are the decision's own."""
+    aimed at it (the construction of the decision, at ``θ_X``): ``_prefix`` once, ``_centre`` per
+    candidate, the decision's own arithmetic (at ``μ = θ_X`` the values are the decision's)."""
 
     def __init__(self, x: np.ndarray, n: int):
-        k = len(x)
-        i = np.arange(1, k + 1, dtype=np.float64)
         self.x, self.n = x, n
-        self.s_prev = np.cumsum(x) - x
-        q_prev = np.cumsum(x * x) - x * x
-        self.rem = n - i + 1.0
-        self.var = (0.25 + np.maximum(q_prev - self.s_prev * self.s_prev / np.maximum(i - 1.0, 1.0), 0.0)) / i
-        self.mu_hat = (0.5 + self.s_prev) / i
+        self.prefix = _prefix(x[None, :], n)
 
     def __call__(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        c = (self.n * np.asarray(mu, dtype=np.float64)[:, None] - self.s_prev) / self.rem
-        edge = self.mu_hat - c
-        g = edge / (self.var + edge * edge)
+        c, g = _centre(self.prefix, self.n, np.asarray(mu, dtype=np.float64)[:, None])
         up, dn = _log_wealth(self.x[None, :], c, *_bets(g, c))
         return up[:, -1], dn[:, -1]
 
