@@ -231,3 +231,15 @@ def test_approx_merges_only_equal_histograms():
         assert np.all(lo <= exact + 1e-12) and np.all(exact <= hi + 1e-12)  # each row's own bracket
         # alone, a row may leave out terms below EPS_APPROX that its block kept
         np.testing.assert_allclose(np.stack([lo, hi], axis=1), alone, rtol=0, atol=1e-5)
+
+
+def test_group_order_for_keys_too_wide_to_pack():
+    rng = np.random.default_rng(9)
+    keys = (rng.integers(0, 3, 2000), rng.integers(-(1 << 40), 1 << 40, 2000) // (1 << 38) * (1 << 38))
+    fp = rng.integers(0, 1 << 60, 2000) // (1 << 56)
+    order = LT._group_order(keys, fp)
+    rows = list(zip(*(key[order] for key in keys), fp[order], strict=True))
+    assert sorted(order) == list(range(2000))
+    assert [r[:2] for r in rows] == sorted(r[:2] for r in rows)
+    runs = [row for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
+    assert len(runs) == len(set(runs))
