@@ -481,7 +481,7 @@ class Tails:
 
     def settle(self, decide) -> np.ndarray:
         """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
-        every = np.arange(len(self.lo))
+        every = slice(None)  # every case, without a gather
         d_lo, d_hi = decide(self.lo, every), decide(self.hi, every)
         for stage in (1, 2, 3):
             open_ = d_lo != d_hi
@@ -622,7 +622,7 @@ def bootstrap_decisions(
     tails, pos = cache[key]
     if resamples == "exact":
 
-        def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
+        def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
             return R.bootstrap_from_tail(p, pos[i], a, "exact")
     else:
         decide = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
@@ -644,17 +644,23 @@ def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
     scale = (_GRID - 1) / (p0 - p1) if p0 > p1 else 0.0
     top = _GRID - 1
 
-    def decide(p: np.ndarray, i: np.ndarray) -> np.ndarray:
+    sign = np.array([R.REJECT, R.ACCEPT], dtype=np.int8)  # by pos
+
+    def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
         ps, ui = pos[i], u[i]
         wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
         g = np.floor((wrong - p1) * scale)
-        j_lo = np.clip(g - 1, 0, top).astype(np.intp)
-        j_hi = np.clip(g + 2, 0, top).astype(np.intp)
+        np.clip(g, -2.0, float(top), out=g)
+        gi = g.astype(np.intp)
+        j_lo = np.maximum(gi - 1, 0)
+        j_hi = np.clip(gi + 2, 0, top)
         conclude = (wrong <= p1) | ((wrong <= p0) & (ui < q[j_hi] - 1e-12))
         defer = ((wrong >= p0) & (ui > 0)) | ((wrong >= p1) & (ui >= q[j_lo] + 1e-12))
-        mid = np.flatnonzero(~conclude & ~defer)
+        mid = np.flatnonzero(~(conclude | defer))
         if len(mid):
             conclude[mid] = ui[mid] < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
-        return np.where(conclude, np.where(ps, R.ACCEPT, R.REJECT), R.DEFER).astype(np.int8)
+        out = sign[ps.view(np.uint8)]
+        out[~conclude] = R.DEFER
+        return out
 
     return decide
