@@ -291,6 +291,23 @@ def _group_order(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.nd
     return np.argsort((composite << bits) | (fingerprint & ((1 << bits) - 1)))
 
 
+def _pack(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """One integer per row that is equal exactly where all ``keys`` are (and sorts as they do,
+    the first most significant): mixed radix when it fits in 62 bits, else dense ids."""
+    composite = np.zeros(len(keys[0]), dtype=np.int64)
+    scale = 1
+    for key in keys:
+        if not len(key):
+            return composite
+        lo = int(key.min())
+        width = int(key.max()) - lo + 1
+        scale *= width
+        if scale >= 1 << 62:
+            return np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
+        composite = composite * width + (key - lo)
+    return composite
+
+
 def _group_order_dense(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.ndarray:
     """``_group_order`` for keys too wide to pack: the keys become one dense id, sorted stably
     after an unstable sort by fingerprint."""
@@ -354,16 +371,18 @@ def approx_bracket(
     # are merged (two histograms sharing a fingerprint would only cost the saving)
     if fingerprint is None:
         fingerprint = fingerprints(hist)
-    order = _group_order((k, c, n, start), fingerprint)
-    ks, cs, ns, st, fp = k[order], c[order], n[order], start[order], fingerprint[order]
+    group = _pack((k, c, n))  # one integer per (k, c, n): one gather and one comparison
+    order = _group_order((group, start), fingerprint)
+    gs, st, fp = group[order], start[order], fingerprint[order]
     hs = hist[order]  # one gather; the groups are slices of it
-    new_group = np.r_[True, (ks[1:] != ks[:-1]) | (cs[1:] != cs[:-1]) | (ns[1:] != ns[:-1])]
+    new_group = np.r_[True, gs[1:] != gs[:-1]]
     new_run = new_group | np.r_[True, (fp[1:] != fp[:-1]) | (st[1:] != st[:-1])]
     edges = np.r_[np.flatnonzero(new_group), len(order)]
     val = np.empty(len(order))
     err = np.empty(len(order))
     for a, b in zip(edges[:-1], edges[1:], strict=True):
-        kk, cc, nn = int(ks[a]), int(cs[a]), int(ns[a])
+        head = order[a]
+        kk, cc, nn = int(k[head]), int(c[head]), int(n[head])
         low = low_v * kk
         if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
             val[a:b] = 0.0 if cc < low else 1.0

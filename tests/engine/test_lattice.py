@@ -243,3 +243,15 @@ def test_group_order_for_keys_too_wide_to_pack():
     assert [r[:2] for r in rows] == sorted(r[:2] for r in rows)
     runs = [row for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
     assert len(runs) == len(set(runs))
+
+
+def test_pack_is_equal_exactly_where_the_keys_are():
+    rng = np.random.default_rng(10)
+    for scale in (10, 1 << 58):  # mixed radix, and dense ids past 62 bits
+        keys = (rng.integers(0, 5, 3000), rng.integers(-scale, scale, 3000) // max(1, scale // 8),
+                rng.integers(0, 3, 3000) * scale)
+        packed = LT._pack(keys)
+        rows = list(zip(*keys, strict=True))
+        order = np.argsort(packed, kind="stable")
+        assert [rows[i] for i in order] == sorted(rows)  # sorts as the keys do
+        assert len(set(packed.tolist())) == len(set(rows))  # equal exactly where the keys are
