@@ -116,7 +116,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     install_docs(app)
     install_handlers(app)
-    if settings.decision_fast_path:  # added first: the trust middleware wraps it
+    from service.replays.report_fastpath import ReportFastPath
+
+    app.add_middleware(ReportFastPath)  # added before the trust middleware: it wraps them
+    if settings.decision_fast_path:
         from service.decisions.fastpath import DecisionFastPath
 
         app.add_middleware(DecisionFastPath, calibration_ttl=settings.calibration_cache_seconds)

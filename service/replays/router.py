@@ -17,6 +17,7 @@ from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import pairs, repository, service
 from service.replays.filters import check_metric_filters, check_systems
 from service.replays.report_cache import CACHE
+from service.replays.report_fastpath import not_modified
 from service.replays.schemas import (
     MetricPage,
     MetricRowRead,
@@ -29,13 +30,6 @@ from service.replays.schemas import (
 )
 
 router = APIRouter(prefix="/v1/replays", tags=["replays"])
-
-
-def _not_modified(if_none_match: str | None, etag: str) -> bool:
-    if not if_none_match:
-        return False
-    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
-    return "*" in tags or etag in tags
 
 
 @router.post(
@@ -140,7 +134,7 @@ async def _report_response(request: Request, replay_id: uuid.UUID, kind: str, if
     else:
         etag, body = await run_in_threadpool(_load_report, request.app.state.sessionmaker, replay_id, kind,
                                              if_none_match)
-    if body is None or _not_modified(if_none_match, etag):
+    if body is None or not_modified(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type=_MEDIA[kind], headers={"ETag": etag})
 
@@ -151,7 +145,7 @@ def _load_report(factory: sessionmaker[Session], replay_id: uuid.UUID, kind: str
     with transaction(factory, write=False) as session:
         if kind == "json":
             replay = service.get(session, replay_id)
-            if replay.status == "succeeded" and replay.report_etag and _not_modified(if_none_match, replay.report_etag):
+            if replay.status == "succeeded" and replay.report_etag and not_modified(if_none_match, replay.report_etag):
                 return replay.report_etag, None
         replay = service.finished_report(session, replay_id)
         body = (replay.report_json if kind == "json" else replay.report_csv) or b""
