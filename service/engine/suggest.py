@@ -19,8 +19,9 @@ from service.engine.coverage import budget_k
 from service.engine.numbers import clean as _clean
 from service.engine.orders import stratified_orders
 
-if TYPE_CHECKING:  # live imports this module: the types only
-    from service.engine.live import LiveSpec, Observed, Universe
+if TYPE_CHECKING:  # live and observations import this module: the types only
+    from service.engine.live import LiveSpec
+    from service.engine.observations import Observed, Universe
 
 
 def default_priority(universe: Universe, seed: int = 0) -> np.ndarray:
