@@ -8,11 +8,11 @@ betting rule of ``engine/betting.py`` for ``anytime``), why, the coverage table 
 point (``engine/suggest.py``).
 
 Inputs are normalised once (``make_universe`` and ``aggregate``, in ``engine/observations.py``;
-``make_live_spec``); every problem raises ``LiveError(field, message)``. Outcomes are aggregated per SPEC §1: the
-outcome of a system on a task is the mean over its trials, and a task counts as observed
-(one of the ``k``) once both systems have ``trials_needed`` trials of it. The sequence in
-which tasks became observed matters only to ``anytime`` (its verdict is the first
-conclusion along the sequence).
+``make_live_spec``); every problem raises ``LiveError(field, message)``. Outcomes are
+aggregated per SPEC §1: the outcome of a system on a task is the mean over its trials, and a
+task counts as observed (one of the ``k``) once both systems have ``trials_needed`` trials of
+it. The sequence in which tasks became observed matters only to ``anytime`` (its verdict is
+the first conclusion along the sequence).
 
 Determinism: the default bootstrap is exact; a finite ``B`` draws its one uniform from a
 generator seeded by a hash of the observed differences; ``next`` breaks ties with a
