@@ -96,3 +96,13 @@ def test_deal_slots_equals_handing_them_out_one_by_one() -> None:
             g = max(open_groups, key=lambda g: (deficit[g] - alloc[g] * n, -g))
             alloc[g] += 1
         assert suggest.deal_slots(deficit, room, n, slots).tolist() == alloc
+
+
+def test_a_universe_keeps_the_ranks_of_a_few_seeds_only() -> None:
+    universe = make_universe([f"t{i}" for i in range(50)], [f"g{i % 4}" for i in range(50)])
+    first = suggest.group_order(universe, 0).copy()
+    for seed in range(1, 40):
+        suggest.group_order(universe, seed)
+    assert len(universe.__dict__["_group_order"]) <= suggest.SEEDS_KEPT
+    assert len(universe.__dict__["_priority"]) <= suggest.SEEDS_KEPT
+    assert (suggest.group_order(universe, 0) == first).all()  # recomputed the same
