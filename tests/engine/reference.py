@@ -345,6 +345,18 @@ def anytime_path(d: Sequence[float], cmp: Cmp, a: float, big_n: int) -> list[str
     return out
 
 
+def agrapa_bets(s_prev: float, q_prev: float, i: int, big_n: int, mu: float, rho: float) -> tuple[float, float, float]:
+    """Step ``i``'s centre ``c`` (the mean of the ``N - i + 1`` values not yet seen, were the
+    population mean ``mu``) and the two bets ``(λ⁺, λ⁻)`` aimed at it, from the sum and sum of
+    squares of the ``i - 1`` values before it: aGRAPA, clipped to ``rho`` of the range."""
+    c = (big_n * mu - s_prev) / (big_n - i + 1)
+    mu_hat = (0.5 + s_prev) / i
+    spread = 0.0 if i == 1 else max(q_prev - s_prev * s_prev / (i - 1), 0.0)  # Σ (X_j - X̄)² over j < i
+    var_hat = (0.25 + spread) / i
+    g = (mu_hat - c) / (var_hat + (mu_hat - c) ** 2)
+    return c, min(max(g, 0.0), rho / max(c, 1e-9)), min(max(-g, 0.0), rho / max(1.0 - c, 1e-9))
+
+
 def betting_path(d: Sequence[float], cmp: Cmp, a: float, big_n: int, rho: float = 0.75) -> list[str]:
     """The anytime(a) decision after each step (engine/betting.py's docstring), literally: a
     loop over the steps with running scalars and the capital as a product (compared in logs)."""
@@ -356,13 +368,7 @@ def betting_path(d: Sequence[float], cmp: Cmp, a: float, big_n: int, rho: float 
     out = []
     for i, di in enumerate(d, start=1):
         x = (di + 1.0) / 2.0
-        c = (big_n * theta_x - s_prev) / (big_n - i + 1)
-        mu_hat = (0.5 + s_prev) / i
-        spread = 0.0 if i == 1 else max(q_prev - s_prev * s_prev / (i - 1), 0.0)  # Σ (X_j - X̄)² over j < i
-        var_hat = (0.25 + spread) / i
-        g = (mu_hat - c) / (var_hat + (mu_hat - c) ** 2)
-        lam_up = min(max(g, 0.0), rho / max(c, 1e-9))
-        lam_dn = min(max(-g, 0.0), rho / max(1.0 - c, 1e-9))
+        c, lam_up, lam_dn = agrapa_bets(s_prev, q_prev, i, big_n, theta_x, rho)
         log_up += math.log(1.0 + lam_up * (x - c))
         log_dn += math.log(1.0 - lam_dn * (x - c))
         s_prev += x

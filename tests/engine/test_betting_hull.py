@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from service.engine import betting
+from tests.engine.reference import agrapa_bets
 
 RHO = 0.75
 
@@ -21,13 +22,7 @@ def literal_log_wealth(x: list[float], n: int, mu: float) -> tuple[float, float]
     s_prev = q_prev = 0.0
     up = dn = 0.0
     for i, xi in enumerate(x, start=1):
-        c = (n * mu - s_prev) / (n - i + 1)
-        mean = (0.5 + s_prev) / i
-        spread = 0.0 if i == 1 else max(q_prev - s_prev * s_prev / (i - 1), 0.0)
-        var = (0.25 + spread) / i
-        g = (mean - c) / (var + (mean - c) ** 2)
-        lam_up = min(max(g, 0.0), RHO / max(c, 1e-9))
-        lam_dn = min(max(-g, 0.0), RHO / max(1.0 - c, 1e-9))
+        c, lam_up, lam_dn = agrapa_bets(s_prev, q_prev, i, n, mu, RHO)
         up += math.log(1.0 + lam_up * (xi - c))
         dn += math.log(1.0 - lam_dn * (xi - c))
         s_prev += xi
