@@ -205,15 +205,17 @@ def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
 
 
 def _int_power(z: np.ndarray, n: int) -> np.ndarray:
-    """``z**n`` by repeated squaring: a dozen multiplications instead of complex exp/log."""
+    """``z**n`` by repeated squaring: a dozen multiplications instead of complex exp/log. In
+    place (``z`` is overwritten): the same products, without a fresh array for each (they are
+    large enough that every new one is fresh pages from the kernel)."""
     result = None
     base = z
     while n:
         if n & 1:
-            result = base.copy() if result is None else result * base
+            result = base.copy() if result is None else np.multiply(result, base, out=result)
         n >>= 1
         if n:
-            base = base * base
+            np.multiply(base, base, out=base)
     return result if result is not None else np.ones_like(z)
 
 
