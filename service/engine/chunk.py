@@ -27,7 +27,7 @@ from service.engine import rules as R
 from service.engine import schedule
 from service.engine.betting import betting_paths
 from service.engine.coverage import budget_k, required
-from service.engine.lattice import bootstrap_decisions
+from service.engine.lattice_decisions import bootstrap_decisions
 from service.engine.plan import STREAM, Config, Plan, config_groups
 from service.engine.spec import ANYTIME_RULES, SpecError
 

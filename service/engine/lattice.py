@@ -1,25 +1,17 @@
-"""The bootstrap on a lattice, fast and exact (SPEC §4.2 for multi-trial and fractional records).
+"""The resampling tail on a lattice, exactly or bracketed (SPEC §4.2 for multi-trial and
+fractional records): the kernels behind ``lattice_decisions``.
 
 The resampling tail is ``τ = P(S <= c)``, ``S`` the sum of ``k`` draws with replacement from a
-case's differences (integers, lattice units) and ``c`` the largest sum with ``m* <= θ``.
-Binary records have a few thousand distinct ``(k, n+, n-)`` and so a few thousand tails; a
-case of fractional or repeated-trial records has a histogram over up to ``2L+1`` values, and a
-replay meets millions of distinct ones. The decision needs ``τ`` only against one breakpoint
-(``a`` for ``B = "exact"``; for finite ``B``, the ``p`` at which ``P(Bin(B, p) <= a·B)``
-crosses the case's uniform), so ``τ`` is bracketed in stages and refined only where the
-bracket still holds a breakpoint:
+case's differences (integers, lattice units) and ``c`` the largest sum with ``m* <= θ``. Each
+function here gives, per case, either ``τ`` or a rigorous bracket ``lo <= τ <= hi``:
 
-1. **Bennett** (closed form from ``k``, ``Σv``, ``Σv²`` and the range of the observed
-   values): a rigorous upper bound on each tail; every case;
-2. **Berry–Esseen** (normal law ± ``0.4748·ρ/(σ³√k)``): decides cases near the middle;
+1. **Bennett** (``bennett_bracket``: closed form from ``k``, ``Σv``, ``Σv²`` and the range of
+   the observed values): a bound on each tail;
+2. **Berry–Esseen** (``berry_esseen_bracket``: normal law ± ``0.4748·ρ/(σ³√k)``): the middle;
 3. **short sum** (``approx_bracket``): the sum below over a window of ``S`` much shorter than
    its support, with the aliased mass bounded by Bennett and the truncation bounded: width
-   about 1e-4; about 40 % of the cases of the terminal-bench replays get here;
-4. **exact** (``tail``): the sum below over the whole support, to rounding (1e-13): under
-   0.1 % of the cases.
-
-Each stage's bracket contains the exact tail, so a decision fixed at both ends of it is the
-decision on the exact tail: the answers are those of computing every tail exactly.
+   about 1e-4;
+4. **exact** (``tail``): the sum below over the whole support, to rounding (1e-13).
 
 ``tail`` computes ``τ`` without an inverse transform: with ``n`` larger than the support of
 ``S``, ``ω_j = 2πj/n`` and ``φ_j = E e^{-iω_j V}``, ``P(S <= c) = (c'+1)/n + (2/n)·Σ_j
@@ -27,7 +19,6 @@ Re(φ_j^k·G_j)`` where ``G_j`` sums ``e^{iω_j s}`` over the support up to ``c`
 ``|φ_j|^k <= EPS_TERM`` is dropped (``|G_j|·2/n <= 1/j``, so all of them move ``τ`` by at most
 ``EPS_TERM·(ln n + 1)``), and ``φ^k`` is computed only up to the last term that matters.
 """
-
 from __future__ import annotations
 
 import math
@@ -245,6 +236,12 @@ def bennett_bracket(
 _FINGERPRINT = np.random.default_rng(20261201).random(64) + 1.0
 """Weights of a histogram's fingerprint (fixed, so the same rows always merge the same way)."""
 
+
+def fingerprint_weights(n_values: int) -> np.ndarray:
+    """The weight of each value's count in a histogram's fingerprint (0 past 64 values: the
+    fingerprint then says nothing and rows are merged only where checked equal)."""
+    return _FINGERPRINT[:n_values] if n_values <= len(_FINGERPRINT) else np.zeros(n_values)
+
 EPS_ALIAS = 1e-4
 """Target mass of ``S`` outside the window of an approximate tail (bounded by Bennett)."""
 
@@ -261,7 +258,7 @@ def _bernstein_reach(var_sum: np.ndarray, b: np.ndarray, log_inv: float) -> np.n
 def fingerprints(hist: np.ndarray) -> np.ndarray:
     """A 64-bit fingerprint per histogram row (equal rows, equal fingerprints), for sorting."""
     n_v = hist.shape[1]
-    weights = _FINGERPRINT[:n_v] if n_v <= len(_FINGERPRINT) else np.zeros(n_v)
+    weights = fingerprint_weights(n_v)
     out = np.zeros(len(hist))
     for i in range(n_v):  # column by column, as bootstrap_decisions builds it
         out += np.asarray(hist[:, i], dtype=np.float64) * weights[i]
@@ -432,254 +429,3 @@ def berry_esseen_bracket(
         lo = ndtr((c + 1 - s) / sd) - err
     ok = var > 0
     return np.where(ok, np.maximum(lo, 0.0), 0.0), np.where(ok, np.minimum(hi, 1.0), 1.0)
-
-
-# ----------------------------------------------------------------------------- decisions
-
-
-class Histograms:
-    """The observed counts of a block of cases and what every threshold needs from them:
-    ``counts [cases, V]`` (exact integers, a row per case) over ``values``, ``k``, ``Σv``,
-    ``Σv²``, least and largest observed value, and a fingerprint of each row. Built once per
-    block; ``Tails`` at several thresholds share it."""
-
-    def __init__(self, counts: np.ndarray, values: np.ndarray, fingerprint: np.ndarray | None = None):
-        self.counts = counts
-        self.values = np.asarray(values, dtype=np.int64)
-        self.fingerprint = fingerprints(counts) if fingerprint is None else fingerprint
-        vals = self.values.astype(np.float64)
-        kmax = float(counts.shape[0] and counts.max(axis=None)) * len(vals)
-        # float32 sums are exact while they stay below 2**24 (the common case: fifths, k < 500)
-        dt = np.float32 if kmax * float(np.max(vals * vals, initial=1.0)) < 2**24 else np.float64
-        moments = np.stack([np.ones_like(vals), vals, vals * vals], axis=1).astype(dt)
-        kq = counts.astype(dt, copy=False) @ moments  # [cases, 3]: k, Σv, Σv²
-        self.k = kq[:, 0].astype(np.int64)
-        self.s = kq[:, 1].astype(np.float64)
-        self.q = kq[:, 2].astype(np.float64)
-        lo_i, hi_i = _present_range(counts)
-        self.vlo = np.where(self.k > 0, vals[lo_i], vals[-1])
-        self.vhi = np.where(self.k > 0, vals[hi_i], vals[0])
-
-
-def _present_range(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``counts [cases, V]``: the first and last column that is not 0 (0 for an
-    empty row). The columns present form a bit code (exact in float64 up to 53 columns), whose
-    lowest and highest set bit ``frexp`` reads off; a reduction along the short axis would be
-    several times slower."""
-    n_v = counts.shape[1]
-    if n_v > 53:
-        present = counts > 0
-        return np.argmax(present, axis=1), n_v - 1 - np.argmax(present[:, ::-1], axis=1)
-    dt = np.float32 if n_v <= 24 else np.float64
-    code = ((counts > 0).astype(dt) @ (2.0 ** np.arange(n_v)).astype(dt)).astype(np.int64)
-    low_bit = code & -code
-    return np.frexp(low_bit)[1] - 1, np.maximum(np.frexp(code)[1] - 1, 0)
-
-
-class Tails:
-    """Brackets on the resampling tail of every case of a block at one threshold ``c`` per
-    case, refined on demand.
-
-    ``settle(decide)`` evaluates a decision (a monotone step function of ``τ``) at both ends
-    of each bracket and refines only the cases where they differ: Bennett (every case),
-    Berry–Esseen, the short sum, then the exact tail. Exact and finite-B rules at one
-    threshold share one ``Tails``.
-    """
-
-    def __init__(self, hist: Histograms, c: np.ndarray):
-        self.counts, self.values = hist.counts, hist.values
-        self.k, self.s, self.q, self.vlo, self.vhi = hist.k, hist.s, hist.q, hist.vlo, hist.vhi
-        self.fingerprint = hist.fingerprint
-        self.c = np.asarray(c, dtype=np.int64)
-        self.lo, self.hi = bennett_bracket(self.k, self.s, self.q, self.vlo, self.vhi, self.c)
-        self.stage = np.zeros(len(self.c), dtype=np.int8)
-        self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
-
-    def _rows(self, idx: np.ndarray) -> np.ndarray:
-        return self.counts[idx]  # exact counts; the kernels take float64 pmfs of them
-
-    def settle(self, decide) -> np.ndarray:
-        """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
-        every = slice(None)  # every case, without a gather
-        d_lo, d_hi = decide(self.lo, every), decide(self.hi, every)
-        for stage in (1, 2, 3):
-            open_ = d_lo != d_hi
-            if not open_.any():
-                break
-            idx = np.flatnonzero(open_ & (self.stage < stage))  # a case refined for another rule skips ahead
-            if not len(idx):
-                continue
-            if stage == 3:
-                lo = hi = tail(self._rows(idx), self.values, self.c[idx])
-            else:
-                if stage == 1:
-                    lo, hi = berry_esseen_bracket(
-                        self.k[idx], self.s[idx], self.q[idx], self.vlo[idx], self.vhi[idx], self.c[idx]
-                    )
-                else:
-                    lo, hi = approx_bracket(
-                        self._rows(idx),
-                        self.values,
-                        self.c[idx],
-                        self.k[idx],
-                        self.s[idx],
-                        self.q[idx],
-                        self.vlo[idx],
-                        self.vhi[idx],
-                        self.fingerprint[idx],
-                    )
-                lo, hi = np.maximum(lo, self.lo[idx]), np.minimum(hi, self.hi[idx])
-            self.lo[idx], self.hi[idx] = lo, hi
-            self.stage[idx] = stage
-            self.refined[stage] += len(idx)
-            d_lo[idx], d_hi[idx] = decide(lo, idx), decide(hi, idx)
-        return d_lo
-
-
-def _chernoff_edge(big_b: int, c: int, upper: bool, tiny: float) -> float:
-    """For ``X ~ Bin(B, p)``: the largest ``p`` with ``P(X > c) < tiny`` (``upper``) or the
-    smallest with ``P(X <= c) < tiny``, by Chernoff's ``exp(-B·KL(x/B || p))`` and bisection."""
-
-    def kl(x: float, p: float) -> float:
-        out = 0.0
-        if x > 0:
-            out += x * math.log(x / p)
-        if x < 1:
-            out += (1 - x) * math.log((1 - x) / (1 - p))
-        return out
-
-    if upper:
-        x = (c + 1) / big_b
-        if x > 1:
-            return 1.0  # X > c is impossible
-        lo, hi = 0.0, x  # bound holds for p < x
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            if mid > 0 and math.exp(-big_b * kl(x, mid)) < tiny:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-    x = c / big_b
-    if x < 0:
-        return 0.0  # X <= c is impossible
-    lo, hi = x, 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid < 1 and math.exp(-big_b * kl(x, mid)) < tiny:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-@lru_cache(maxsize=64)
-def _saturation(a: float, big_b: int) -> tuple[float, float]:
-    """``(p1, p0)`` for the finite-B rule: below ``p1`` the chance to conclude is within
-    ``2^-54`` of 1 (every uniform ``u < 1`` concludes), above ``p0`` it is below ``2^-60``
-    (every ``u > 0`` defers). ``p`` is the tail on the wrong side (``p_low`` when ``m > θ``)."""
-    c = math.floor(a * big_b + 1e-9)
-    return _chernoff_edge(big_b, c, True, 2.0**-55), _chernoff_edge(big_b, c, False, 2.0**-61)  # with margin
-
-
-_GRID = 4096
-"""Points of the table of ``P(conclude)`` against the wrong-side tail, for finite ``B``."""
-
-
-@lru_cache(maxsize=64)
-def _conclude_table(a: float, big_b: int) -> tuple[np.ndarray, np.ndarray]:
-    """``P(conclude)`` of the finite-B rule (``rules.bootstrap_conclude_prob``) on a grid of
-    the wrong-side tail ``w`` between the saturation points, decreasing in ``w``."""
-    p1, p0 = _saturation(a, big_b)
-    w = np.linspace(p1, p0, _GRID)
-    q = R.bootstrap_conclude_prob(w, np.ones(_GRID, dtype=bool), a, big_b)
-    w.flags.writeable = False
-    q.flags.writeable = False
-    return w, q
-
-
-def bootstrap_decisions(
-    values: np.ndarray,
-    summer,
-    ssum: np.ndarray,
-    ks: np.ndarray,
-    theta: float,
-    lattice: int,
-    a: float,
-    resamples: int | str,
-    u: np.ndarray | None,
-    cache: dict,
-) -> np.ndarray:
-    """Bootstrap decisions ``[P, R, J]`` for pairs whose differences (``values [P, N]``,
-    lattice units) are not all in {-1, 0, 1}: ``rules.bootstrap_from_tail`` (exact) or
-    ``u < rules.bootstrap_conclude_prob`` (finite ``B``, one uniform per case in ``u``) on the
-    exact tail, which is computed only where a bracket cannot decide.
-
-    ``summer`` maps per-task values to sums over each case's observed tasks. ``cache`` keeps
-    the brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
-    """
-    if ("lattice",) not in cache:
-        vals = np.unique(values)
-        kmax = int(ks.max(initial=0))
-        dtype = np.uint8 if kmax < 1 << 8 else np.uint16 if kmax < 1 << 16 else np.float32
-        # [cases, V], the smallest type that holds k: the random gathers of the short sum's rows
-        # then stay in cache (a block of uint8 counts is a quarter of the float32 one)
-        counts = np.empty((ssum.size, len(vals)), dtype=dtype)
-        weights = _FINGERPRINT[: len(vals)] if len(vals) <= len(_FINGERPRINT) else np.zeros(len(vals))
-        fingerprint = np.zeros(ssum.size)
-        for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
-            col = summer((values == v).astype(np.float32)).ravel()  # float32 sums of 0/1: exact
-            counts[:, i] = col
-            fingerprint += col * weights[i]  # as ``fingerprints(counts)``, without a strided pass
-        cache[("lattice",)] = Histograms(counts, vals, fingerprint.view(np.int64))
-    key = ("lattice", f"{theta!r}")
-    if key not in cache:
-        k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
-        c = R.bootstrap_threshold(theta, k, lattice)
-        pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
-        cache[key] = (Tails(cache[("lattice",)], c), pos)
-    tails, pos = cache[key]
-    if resamples == "exact":
-
-        def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
-            return R.bootstrap_from_tail(p, pos[i], a, "exact")
-    else:
-        decide = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
-
-    return tails.settle(decide).reshape(ssum.shape)
-
-
-def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
-    """The finite-B decision as a function of a tail bound: ``u < P(conclude)``, read off the
-    table where one cell settles it and evaluated exactly only where it cannot.
-
-    ``P(conclude)`` decreases in the wrong-side tail ``w``; for ``w`` in the table's range, the
-    grid points three cells around its index bracket ``w`` whatever the rounding of the index,
-    so ``q[j_hi] <= P(conclude) <= q[j_lo]``. A margin of 1e-12 on ``u`` absorbs rounding in
-    the table. One look-up per case and stage replaces a binomial CDF per case and stage.
-    """
-    p1, p0 = _saturation(a, big_b)
-    _, q = _conclude_table(a, big_b)
-    scale = (_GRID - 1) / (p0 - p1) if p0 > p1 else 0.0
-    top = _GRID - 1
-
-    sign = np.array([R.REJECT, R.ACCEPT], dtype=np.int8)  # by pos
-
-    def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
-        ps, ui = pos[i], u[i]
-        wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
-        g = np.floor((wrong - p1) * scale)
-        np.clip(g, -2.0, float(top), out=g)
-        gi = g.astype(np.intp)
-        j_lo = np.maximum(gi - 1, 0)
-        j_hi = np.clip(gi + 2, 0, top)
-        conclude = (wrong <= p1) | ((wrong <= p0) & (ui < q[j_hi] - 1e-12))
-        defer = ((wrong >= p0) & (ui > 0)) | ((wrong >= p1) & (ui >= q[j_lo] + 1e-12))
-        mid = np.flatnonzero(~(conclude | defer))
-        if len(mid):
-            conclude[mid] = ui[mid] < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
-        out = sign[ps.view(np.uint8)]
-        out[~conclude] = R.DEFER
-        return out
-
-    return decide

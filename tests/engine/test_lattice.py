@@ -1,4 +1,4 @@
-"""The lattice bootstrap kernels (service/engine/lattice.py) against direct convolution.
+"""The lattice bootstrap kernels (engine/lattice.py, lattice_decisions.py) against direct convolution.
 
 Each bracket must contain the exact tail on every row (a bound that is off by a constant, a
 missing error term or a wrong window would fail here), the exact tail must agree with a
@@ -15,6 +15,7 @@ import pytest
 from scipy import stats
 
 from service.engine import lattice as LT
+from service.engine import lattice_decisions as LD
 from service.engine import rules as R
 
 
@@ -118,7 +119,7 @@ def test_every_bracket_contains_the_exact_tail(vi):
 
 def test_saturation_edges_are_safe():
     for a, big_b in [(0.05, 200), (0.1, 50), (0.01, 1000), (0.05, 1), (0.5, 7)]:
-        p1, p0 = LT._saturation(a, big_b)
+        p1, p0 = LD._saturation(a, big_b)
         c = math.floor(a * big_b + 1e-9)
         assert p1 <= p0
         assert stats.binom.sf(c, big_b, p1) < 2.0**-54  # conclude for every u < 1
@@ -156,12 +157,12 @@ def test_staged_decisions_equal_decisions_on_exact_tails(theta):
     pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
     cache: dict = {}
     for a in (0.05, 0.2):
-        got = LT.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, "exact", None, cache)
+        got = LD.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, "exact", None, cache)
         want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
         np.testing.assert_array_equal(got, want)
         for big_b in (200, 20):
             u = rng.random(ssum.shape)
-            got = LT.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, big_b, u, cache)
+            got = LD.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, big_b, u, cache)
             q = R.bootstrap_conclude_prob(p_low, pos, a, big_b)
             want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
             np.testing.assert_array_equal(got, want)
@@ -186,7 +187,7 @@ def test_present_range_matches_a_scan():
         counts = (rng.random((400, n_v)) < 0.2) * rng.integers(1, 9, (400, n_v))
         counts[:3] = 0  # empty rows
         counts = counts.astype(np.float32)
-        lo, hi = LT._present_range(counts)
+        lo, hi = LD._present_range(counts)
         for row, a, b in zip(counts, lo, hi, strict=True):
             present = np.flatnonzero(row > 0)
             if len(present):
