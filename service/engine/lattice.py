@@ -91,16 +91,15 @@ def _fourier_cdf(
     ``c`` when ``lo`` is the least possible sum and ``n`` exceeds the support.
 
     ``lo`` is one integer or one per row (windows that start at different sums share the
-    power ``φ^k``; rows sorted by ``lo`` keep the projections per block few)."""
+    power ``φ^k``). Each run of equal ``lo`` gets one window, so rows sorted by ``lo`` (as
+    ``approx_bracket`` passes them) keep the windows, and the projections per block, few."""
     m = (n - 1) // 2
     per_row = np.ndim(lo) > 0
-    if not per_row:
-        lows, which = np.array([lo]), None
-    elif np.all(lo[1:] >= lo[:-1]):  # sorted (as approx_bracket passes them): runs, no sort
+    if per_row:
         new = np.r_[True, lo[1:] != lo[:-1]]
         lows, which = lo[new], np.cumsum(new) - 1
     else:
-        lows, which = np.unique(lo, return_inverse=True)
+        lows, which = np.array([lo]), None
     out = (c - (lows[which] if per_row else lows[0]) + 1) / n * np.ones(len(pmf))
     if m == 0 or not len(pmf):
         return out
@@ -270,22 +269,15 @@ def _group_order(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.nd
     within equal keys, with equal fingerprints adjacent: what ``np.lexsort((fingerprint,
     *keys[::-1]))`` gives up to the order among fingerprints, several times faster.
 
-    The keys are packed into one integer with as many low bits of the fingerprint as fit
-    beside them (22 in a replay), so one sort does it; rows that share those bits but not the
-    whole fingerprint may then interleave, which only costs a merge."""
-    if not len(fingerprint):
-        return np.arange(0)
-    composite = np.zeros(len(fingerprint), dtype=np.int64)
-    scale = 1
-    for key in keys:
-        lo = int(key.min())
-        width = int(key.max()) - lo + 1
-        scale *= width
-        if scale >= 1 << 40:  # too wide to pack with fingerprint bits: dense ids, two sorts
-            return _group_order_dense(keys, fingerprint)
-        composite = composite * width + (key - lo)
-    bits = min(62 - scale.bit_length(), 22)
-    return np.argsort((composite << bits) | (fingerprint & ((1 << bits) - 1)))
+    The keys are packed (``_pack``) into one integer with as many low bits of the fingerprint
+    as fit beside them (22 in a replay), so one sort does it; rows that share those bits but
+    not the whole fingerprint may then interleave, which only costs a merge."""
+    composite = _pack(keys)
+    bits = min(62 - int(composite.max(initial=0)).bit_length(), 22)
+    if bits >= 8:
+        return np.argsort((composite << bits) | (fingerprint & ((1 << bits) - 1)))
+    by_fp = np.argsort(fingerprint)  # keys too wide to share a word with it: two sorts
+    return by_fp[np.argsort(composite[by_fp], kind="stable")]
 
 
 def _pack(keys: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -303,15 +295,6 @@ def _pack(keys: tuple[np.ndarray, ...]) -> np.ndarray:
             return np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
         composite = composite * width + (key - lo)
     return composite
-
-
-def _group_order_dense(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.ndarray:
-    """``_group_order`` for keys too wide to pack: the keys become one dense id, sorted stably
-    after an unstable sort by fingerprint."""
-    ids, dense = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
-    by_fp = np.argsort(fingerprint)
-    dense = dense.ravel()[by_fp].astype(np.uint16 if len(ids) <= 1 << 16 else np.int64)
-    return by_fp[np.argsort(dense, kind="stable")]
 
 
 def approx_bracket(

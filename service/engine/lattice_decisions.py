@@ -27,7 +27,6 @@ from service.engine.lattice import (
     bennett_bracket,
     berry_esseen_bracket,
     fingerprint_weights,
-    fingerprints,
     tail,
 )
 
@@ -38,10 +37,10 @@ class Histograms:
     ``Σv²``, least and largest observed value, and a fingerprint of each row. Built once per
     block; ``Tails`` at several thresholds share it."""
 
-    def __init__(self, counts: np.ndarray, values: np.ndarray, fingerprint: np.ndarray | None = None):
+    def __init__(self, counts: np.ndarray, values: np.ndarray, fingerprint: np.ndarray):
         self.counts = counts
         self.values = np.asarray(values, dtype=np.int64)
-        self.fingerprint = fingerprints(counts) if fingerprint is None else fingerprint
+        self.fingerprint = fingerprint  # ``fingerprints(counts)``, built with the counts
         vals = self.values.astype(np.float64)
         kmax = float(counts.shape[0] and counts.max(axis=None)) * len(vals)
         # float32 sums are exact while they stay below 2**24 (the common case: fifths, k < 500)

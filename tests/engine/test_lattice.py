@@ -234,9 +234,11 @@ def test_approx_merges_only_equal_histograms():
         np.testing.assert_allclose(np.stack([lo, hi], axis=1), alone, rtol=0, atol=1e-5)
 
 
-def test_group_order_for_keys_too_wide_to_pack():
+def test_group_order_for_keys_too_wide_to_share_a_word_with_the_fingerprint():
+    """Packed keys past 2**54 leave under 8 fingerprint bits: the two-sort path."""
     rng = np.random.default_rng(9)
-    keys = (rng.integers(0, 3, 2000), rng.integers(-(1 << 40), 1 << 40, 2000) // (1 << 38) * (1 << 38))
+    keys = (rng.integers(0, 3, 2000), rng.integers(-(1 << 58), 1 << 58, 2000) // (1 << 55) * (1 << 55))
+    assert int(LT._pack(keys).max()).bit_length() > 54
     fp = rng.integers(0, 1 << 60, 2000) // (1 << 56)
     order = LT._group_order(keys, fp)
     rows = list(zip(*(key[order] for key in keys), fp[order], strict=True))
