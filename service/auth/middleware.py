@@ -44,8 +44,7 @@ class TokenBuckets:
 
     def __init__(self, rate: float, burst: int, max_keys: int = 10_000):
         self.rate, self.burst = rate, max(burst, 1)
-        self.max_keys = max(max_keys, 1)
-        self._state: LRU[Any, tuple[float, float]] = LRU(self.max_keys)
+        self._state: LRU[Any, tuple[float, float]] = LRU(max(max_keys, 1))
 
     def __len__(self) -> int:
         return len(self._state)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from service.engine.live import (
 from service.engine.records import group_labels
 from service.engine.spec import NAMED_POLICIES, ORDERS
 from service.errors import Unprocessable
+from service.lru import LRU
 from service.replays import service as replays
 
 
@@ -94,16 +94,11 @@ def _live_spec(key: tuple[tuple[type, Any], ...], grid: tuple[tuple[type, Any], 
                           budgets=None if grid is None else [b for _, b in grid], budget=budget, seed=seed)
 
 
-_UNIVERSES: OrderedDict[tuple[uuid.UUID, str | None], Universe] = OrderedDict()
-_UNIVERSES_LOCK = Lock()
+_UNIVERSES: LRU[tuple[uuid.UUID, str | None], Universe] = LRU(16)
 
 
 def cached_universe(dataset_id: uuid.UUID, group: str | None) -> Universe | None:
-    with _UNIVERSES_LOCK:
-        hit = _UNIVERSES.get((dataset_id, group))
-        if hit is not None:
-            _UNIVERSES.move_to_end((dataset_id, group))
-        return hit
+    return _UNIVERSES.get((dataset_id, group))
 
 
 _LOADS = tuple(Lock() for _ in range(64))
@@ -135,41 +130,33 @@ def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None)
         except ValueError as exc:
             raise LiveError("group", str(exc)) from None
         universe = make_universe(records.tasks, [names[i] for i in labels.tolist()])
-        with _UNIVERSES_LOCK:
-            _UNIVERSES[key] = universe
-            while len(_UNIVERSES) > 16:
-                _UNIVERSES.popitem(last=False)
+        _UNIVERSES.put(key, universe)
     return universe
 
 
 def _forget_dataset(dataset_id: uuid.UUID) -> None:
     """A deleted dataset answers no more decisions from this process's caches."""
-    with _UNIVERSES_LOCK:
-        for cache in (_UNIVERSES, _CALIBRATIONS):
-            for key in [k for k in cache if k[0] == dataset_id]:
-                del cache[key]
+    for cache in (_UNIVERSES, _CALIBRATIONS):
+        for key in cache.keys():
+            if key[0] == dataset_id:
+                cache.pop(key)
 
 
 datasets.on_delete(_forget_dataset)
 
 
-_INLINE: OrderedDict[tuple[tuple[str, ...], tuple[str | None, ...] | None], Universe] = OrderedDict()
+_INLINE: LRU[tuple[tuple[str, ...], tuple[str | None, ...] | None], Universe] = LRU(32)
 
 
 def inline_universe(task_ids: list[str], groups: list[str | None] | None) -> Universe:
     """A universe given in the request (a harness sends the same one every time: the last
     few are kept, keyed by their content)."""
     key = (tuple(task_ids), None if groups is None else tuple(groups))
-    with _UNIVERSES_LOCK:
-        hit = _INLINE.get(key)
-        if hit is not None:
-            _INLINE.move_to_end(key)
-            return hit
+    hit = _INLINE.get(key)
+    if hit is not None:
+        return hit
     universe = make_universe(task_ids, groups, field="universe")
-    with _UNIVERSES_LOCK:
-        _INLINE[key] = universe
-        while len(_INLINE) > 32:
-            _INLINE.popitem(last=False)
+    _INLINE.put(key, universe)
     return universe
 
 
@@ -268,7 +255,7 @@ class NeedsDatabase(Exception):
     """A dataset decision whose look-ups are not all cached (``decide(..., cached_only=True)``)."""
 
 
-_CALIBRATIONS: OrderedDict[tuple, tuple[float, int, list[dict[str, Any]]]] = OrderedDict()
+_CALIBRATIONS: LRU[tuple, tuple[float, int, list[dict[str, Any]]]] = LRU(256)
 
 
 def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, choice: RuleChoice,
@@ -281,8 +268,7 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
 
     def fresh() -> list[dict[str, Any]] | None:
         now, generation = time.monotonic(), replays.finished_generation()
-        with _UNIVERSES_LOCK:
-            hit = _CALIBRATIONS.get(key)
+        hit = _CALIBRATIONS.get(key)
         return hit[2] if hit is not None and hit[0] > now and hit[1] == generation else None
 
     rows = fresh()
@@ -300,11 +286,7 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
         now, generation = time.monotonic(), replays.finished_generation()
         rows = repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
                                            floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
-        with _UNIVERSES_LOCK:
-            _CALIBRATIONS[key] = (now + ttl, generation, rows)
-            _CALIBRATIONS.move_to_end(key)
-            while len(_CALIBRATIONS) > 256:
-                _CALIBRATIONS.popitem(last=False)
+        _CALIBRATIONS.put(key, (now + ttl, generation, rows))
     return rows
 
 
