@@ -71,4 +71,12 @@ CACHE = ReportCache(64 * 1024 * 1024)
 it; the route sets its size from ``Settings.report_cache_bytes``)."""
 
 
-__all__ = ["CACHE", "ReportCache", "CachedReport"]
+def not_modified(if_none_match: str | None, etag: str) -> bool:
+    """``If-None-Match`` names ``etag`` (weak or strong) or is ``*``."""
+    if not if_none_match:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag in tags
+
+
+__all__ = ["CACHE", "CachedReport", "ReportCache", "not_modified"]

@@ -16,7 +16,7 @@ import uuid
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth.ownership import current_owner
-from service.replays.report_cache import CACHE
+from service.replays.report_cache import CACHE, not_modified
 
 PREFIX = "/v1/replays/"
 KINDS = {"/report": ("json", b"application/json"), "/report.csv": ("csv", b"text/csv; charset=utf-8")}
@@ -38,14 +38,6 @@ def _target(path: str) -> tuple[uuid.UUID, str, bytes] | None:
     if str(replay_id) != head:  # e.g. upper case: the route decides what it means
         return None
     return replay_id, *kind
-
-
-def not_modified(if_none_match: str | None, etag: str) -> bool:
-    """``If-None-Match`` names ``etag`` (weak or strong) or is ``*``."""
-    if not if_none_match:
-        return False
-    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
-    return "*" in tags or etag in tags
 
 
 class ReportFastPath:
@@ -76,4 +68,4 @@ class ReportFastPath:
         await send({"type": "http.response.body", "body": hit.body})
 
 
-__all__ = ["ReportFastPath", "not_modified"]
+__all__ = ["ReportFastPath"]

@@ -16,8 +16,7 @@ from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import pairs, repository, service
 from service.replays.filters import check_metric_filters, check_systems
-from service.replays.report_cache import CACHE
-from service.replays.report_fastpath import not_modified
+from service.replays.report_cache import CACHE, not_modified
 from service.replays.schemas import (
     MetricPage,
     MetricRowRead,

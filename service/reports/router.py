@@ -12,6 +12,7 @@ from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.replays import service as replays
 from service.replays.filters import check_deltas
 from service.replays.models import SUCCEEDED
+from service.replays.report_cache import not_modified
 from service.reports import figures
 from service.reports import service as reports
 
@@ -25,13 +26,6 @@ FIGURE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "public, max-age=300",
 }
-
-
-def _matches(if_none_match: str | None, etag: str) -> bool:
-    if not if_none_match:
-        return False
-    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
-    return "*" in tags or etag in tags
 
 
 @router.get(
@@ -71,7 +65,7 @@ def get_figure(
     check_deltas(replay.spec, delta, replay_id)
     if replay.status == SUCCEEDED and replay.report_etag:
         etag = reports.figure_etag(replay, name, fmt, delta, config)
-        if _matches(if_none_match, etag):
+        if not_modified(if_none_match, etag):
             return Response(status_code=304, headers={"ETag": etag, **FIGURE_HEADERS})
     body, etag = reports.figure_bytes(session, replay_id, name, fmt, delta, config)
     return Response(body, media_type=figures.MEDIA_TYPES[fmt], headers={"ETag": etag, **FIGURE_HEADERS})
