@@ -112,7 +112,6 @@ def betting_paths(
         log_inv_a = math.log(1.0 / a)
         scale = lattice or 1
         step = max(1, _BLOCK // kmax)
-        i = np.arange(1, kmax + 1, dtype=np.float64)
         for lo_c in range(0, cases, step):
             rows = slice(lo_c, min(cases, lo_c + step))
             vv = np.asarray(v[rows, :kmax], dtype=np.float64)
@@ -127,10 +126,7 @@ def betting_paths(
             for j, th in enumerate(thetas.tolist()):
                 theta_x = (th + 1.0) / 2.0
                 c, g = _centre(prefix, n, theta_x)
-                up, dn = _log_wealth(x, c, *_bets(g, c))
-                pos = above(vsum, i[None, :], th, lattice)
-                acc = pos & ((s / n > theta_x + TOL) | (up >= log_inv_a))
-                rej = ~pos & (((s + n - i) / n <= theta_x + TOL) | (dn >= log_inv_a))
+                acc, rej, _, _ = _verdicts(x, vsum, s, c, g, n, th, lattice, log_inv_a)
                 hit = acc | rej
                 if cov is not None:
                     hit &= cov
@@ -142,6 +138,21 @@ def betting_paths(
     if np.ndim(theta) == 0:
         return dec[0], stop[0]
     return dec, stop
+
+
+def _verdicts(x: np.ndarray, vsum: np.ndarray, s: np.ndarray, c: np.ndarray, g: np.ndarray, n: int, theta: float,
+              lattice: int | None, log_inv_a: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per step of each path: accept and reject (coverage aside) and ``ln K±_t(θ_X)``, from
+    the values ``x`` in ``[0, 1]``, the sums of the differences ``vsum`` and of ``x`` (``s``),
+    and the centres and bet bases ``c, g`` at ``θ``. One rule for ``betting_paths`` and
+    ``betting_path``."""
+    theta_x = (theta + 1.0) / 2.0
+    i = np.arange(1, x.shape[1] + 1, dtype=np.float64)
+    up, dn = _log_wealth(x, c, *_bets(g, c))
+    pos = above(vsum, i[None, :], theta, lattice)
+    acc = pos & ((s / n > theta_x + TOL) | (up >= log_inv_a))
+    rej = ~pos & (((s + n - i) / n <= theta_x + TOL) | (dn >= log_inv_a))
+    return acc, rej, up, dn
 
 
 @dataclass(frozen=True)
@@ -166,14 +177,10 @@ def betting_path(v: np.ndarray, lattice: int | None, n: int, theta: float, a: fl
     k = len(v)
     vv = np.asarray(v, dtype=np.float64)[None, :]
     x = (vv / (lattice or 1) + 1.0) / 2.0
-    i = np.arange(1, k + 1, dtype=np.float64)
     theta_x = (theta + 1.0) / 2.0
     log_inv_a = math.log(1.0 / a)
     s, c, g = _steps(x, n, theta_x)
-    up, dn = _log_wealth(x, c, *_bets(g, c))
-    pos = above(np.cumsum(vv, axis=1), i[None, :], theta, lattice)
-    acc = (pos & ((s / n > theta_x + TOL) | (up >= log_inv_a)))[0]
-    rej = (~pos & (((s + n - i) / n <= theta_x + TOL) | (dn >= log_inv_a)))[0]
+    acc, rej, up, dn = (r[0] for r in _verdicts(x, np.cumsum(vv, axis=1), s, c, g, n, theta, lattice, log_inv_a))
 
     def first(hit: np.ndarray) -> tuple[int, int]:
         j = int(np.argmax(hit)) if k else 0
@@ -184,7 +191,7 @@ def betting_path(v: np.ndarray, lattice: int | None, n: int, theta: float, a: fl
     hit = acc | rej
     free, free_stop = first(hit)
     dec, stop = (free, free_stop) if cov_ok is None else first(hit & np.asarray(cov_ok[:k], dtype=bool))
-    return PathVerdict(dec, stop, free, up[0], dn[0])
+    return PathVerdict(dec, stop, free, up, dn)
 
 
 def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> dict[str, float]:
