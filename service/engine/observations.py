@@ -17,7 +17,6 @@ import numpy as np
 
 from service.engine.coverage import required
 from service.engine.errors import FieldError
-from service.engine.suggest import SEEDS_KEPT, default_priority
 
 
 class LiveError(FieldError):
@@ -71,16 +70,6 @@ class Universe:
                 cache.clear()
             cache[(floor, k)] = hit
         return hit
-
-    def priority(self, seed: int = 0) -> np.ndarray:
-        """``default_priority`` for this universe, kept (a harness asks again and again) for a
-        few seeds: a client cycling through seeds must not grow the cached universe without end."""
-        cache = self.__dict__.setdefault("_priority", {})
-        if seed not in cache:
-            if len(cache) >= SEEDS_KEPT:
-                cache.clear()
-            cache[seed] = default_priority(self, seed)
-        return cache[seed]
 
 
 def make_universe(task_ids: Sequence[str], groups: Sequence[str | None] | None = None,

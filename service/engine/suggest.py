@@ -22,7 +22,7 @@ from service.engine.orders import stratified_orders
 SEEDS_KEPT = 8
 """Seeds whose task ranks a universe keeps (harnesses use one; each costs 8 bytes per task)."""
 
-if TYPE_CHECKING:  # live and observations import this module: the types only
+if TYPE_CHECKING:  # live imports this module: the types only
     from service.engine.live import LiveSpec
     from service.engine.observations import Observed, Universe
 
@@ -81,13 +81,13 @@ def deal_slots(deficit: np.ndarray, room: np.ndarray, n: int, slots: int) -> np.
 
 
 def group_order(universe: Universe, seed: int) -> np.ndarray:
-    """The universe's tasks by group, and within a group by ``universe.priority(seed)``; kept
+    """The universe's tasks by group, and within a group by ``default_priority(universe, seed)``; kept
     on the universe (read-only), which outlives the request, for ``SEEDS_KEPT`` seeds."""
     cache = universe.__dict__.setdefault("_group_order", {})
     if seed not in cache:
         if len(cache) >= SEEDS_KEPT:
             cache.clear()
-        order = np.lexsort((universe.priority(seed), universe.labels))
+        order = np.lexsort((default_priority(universe, seed), universe.labels))
         order.flags.writeable = False
         cache[seed] = order
     return cache[seed]

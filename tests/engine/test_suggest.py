@@ -68,7 +68,7 @@ def test_next_tasks_equals_the_literal_reference() -> None:
         k_cap = n if trial % 3 else max(1, int(n * 0.6))
         # the universe's own rank, or a caller's (with ties, broken by task position)
         given = None if trial % 2 else rng.integers(0, n // 2 + 1, n)
-        priority = universe.priority(spec.seed) if given is None else given
+        priority = suggest.default_priority(universe, spec.seed) if given is None else given
         half = ((observed.trials_a > 0) | (observed.trials_b > 0)).tolist()
         want = literal_next(ids, lab, list(universe.group_names), observed.sequence.tolist(), half,
                             priority.tolist(), floor, budgets, k_cap)
@@ -104,5 +104,4 @@ def test_a_universe_keeps_the_ranks_of_a_few_seeds_only() -> None:
     for seed in range(1, 40):
         suggest.group_order(universe, seed)
     assert len(universe.__dict__["_group_order"]) <= suggest.SEEDS_KEPT
-    assert len(universe.__dict__["_priority"]) <= suggest.SEEDS_KEPT
     assert (suggest.group_order(universe, 0) == first).all()  # recomputed the same
