@@ -3,15 +3,18 @@
 The service keeps a few derived things per process (parsed datasets, plans, decoded pair
 tables, rendered figures): each is fixed once computed, and a request or a worker thread
 may ask for it. One class bounds them all by entry count, evicting the least recently used
-first; a hit refreshes an entry, a miss costs nothing. Computing a missing value is left to
-the caller, outside the lock, so two threads may compute the same value once each: the
+first; a hit refreshes an entry, a miss costs nothing. A missing value is computed outside
+the map's lock. Where that is costly (parsing a dataset) ``get_or_load`` computes it once
+while the threads that miss meanwhile wait for it: a worker's first second under load, every
+connection asking for the same dataset at once, parsed it 16 times over, holding the GIL
+from the event loop. Elsewhere two threads may compute the same value once each and the
 second ``put`` wins, which is harmless for values that never change.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from threading import Lock
 from typing import Generic, TypeVar
 
@@ -28,6 +31,7 @@ class LRU(Generic[K, V]):
         self.size = size
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = Lock()
+        self._loads = tuple(Lock() for _ in range(16))
 
     def get(self, key: K) -> V | None:
         """The value of ``key`` (``None`` when absent), now the most recently used."""
@@ -43,6 +47,24 @@ class LRU(Generic[K, V]):
             self._items.move_to_end(key)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+
+    def loading(self, key: K) -> Lock:
+        """The lock under which a missing ``key`` is computed (striped: a few keys may share
+        one), for callers that check again under it before they compute."""
+        return self._loads[hash(key) % len(self._loads)]
+
+    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+        """The value of ``key``; on a miss ``load()``'s, computed once however many threads
+        miss together (they wait for it, then find it)."""
+        hit = self.get(key)
+        if hit is not None:
+            return hit
+        with self.loading(key):
+            hit = self.get(key)  # loaded while this thread waited
+            if hit is None:
+                hit = load()
+                self.put(key, hit)
+        return hit
 
     def pop(self, key: K) -> V | None:
         """Remove ``key`` (a value that must not be served again); its value or ``None``."""

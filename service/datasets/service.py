@@ -229,17 +229,17 @@ def get(session: Session, dataset_id: uuid.UUID) -> Dataset:
 
 
 def load_records(session: Session, dataset_id: uuid.UUID) -> Records:
-    """The dataset's ``Records`` (parsed from the stored bytes; a few are kept in memory,
-    since a replay's chunks all need the same dataset and datasets never change)."""
-    cached = _CACHE.get(dataset_id)
-    if cached is not None:
-        return cached
-    dataset = repository.get(session, dataset_id, with_content=True)
-    if dataset is None:
-        raise NotFound(f"dataset {dataset_id} does not exist")
-    records = parse_records(dataset.content, fmt=dataset.format)
-    _CACHE.put(dataset_id, records)
-    return records
+    """The dataset's ``Records`` (parsed from the stored bytes, once however many requests
+    ask together; a few are kept in memory, since a replay's chunks all need the same dataset
+    and datasets never change)."""
+
+    def parse() -> Records:
+        dataset = repository.get(session, dataset_id, with_content=True)
+        if dataset is None:
+            raise NotFound(f"dataset {dataset_id} does not exist")
+        return parse_records(dataset.content, fmt=dataset.format)
+
+    return _CACHE.get_or_load(dataset_id, parse)
 
 
 _CACHE: LRU[uuid.UUID, Records] = LRU(4)

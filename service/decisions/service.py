@@ -8,7 +8,6 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import lru_cache
-from threading import Lock
 from typing import Any
 
 from pydantic_core import to_json
@@ -101,18 +100,6 @@ def cached_universe(dataset_id: uuid.UUID, group: str | None) -> Universe | None
     return _UNIVERSES.get((dataset_id, group))
 
 
-_LOADS = tuple(Lock() for _ in range(64))
-"""Striped locks: one load at a time per key (a stripe may be shared by a few keys)."""
-
-
-def _one_load(key: tuple) -> Lock:
-    """The lock under which the cache entry ``key`` is loaded: the first miss loads it and the
-    requests that miss meanwhile wait for that load, rather than each reading the database
-    (a worker's first second under load: every connection asking for the same dataset at once
-    parsed it 16 times over, holding the GIL from the event loop)."""
-    return _LOADS[hash(key) % len(_LOADS)]
-
-
 def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None) -> Universe:
     """Every task of the dataset (SPEC §1) with its group under ``group`` (kept in memory:
     datasets never change)."""
@@ -120,7 +107,7 @@ def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None)
     hit = cached_universe(dataset_id, group)
     if hit is not None:
         return hit
-    with _one_load(("universe", *key)):
+    with _UNIVERSES.loading(key):  # the misses meanwhile wait for this load (service/lru.py)
         hit = cached_universe(dataset_id, group)  # loaded while this request waited
         if hit is not None:
             return hit
@@ -279,7 +266,7 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
     if ttl <= 0:
         return repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
                                            floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
-    with _one_load(("calibration", *key)):
+    with _CALIBRATIONS.loading(key):
         rows = fresh()  # read by another request while this one waited
         if rows is not None:
             return rows

@@ -58,3 +58,48 @@ def test_concurrent_puts_and_gets_keep_the_bound() -> None:
         t.join()
     assert not errors and len(cache) == 50
     assert all(cache.get(k) == k % 10_000 for k in cache.keys())
+
+
+def test_get_or_load_loads_once_however_many_threads_miss_together() -> None:
+    """The load is held until every thread has missed (each looks once; the loading one looks
+    again under the lock), so without the single load each would run its own."""
+    threads_n = 8
+    looks = 0
+    cond = threading.Condition()
+    release = threading.Event()
+
+    class Counting(LRU[str, object]):
+        def get(self, key: str) -> object | None:
+            nonlocal looks
+            with cond:
+                looks += 1
+                cond.notify_all()
+            return super().get(key)
+
+    cache = Counting(4)
+    loads: list[object] = []
+
+    def load() -> object:
+        assert release.wait(30)
+        value = object()
+        loads.append(value)
+        return value
+
+    got: list[object] = [None] * threads_n
+
+    def run(j: int) -> None:
+        got[j] = cache.get_or_load("k", load)
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in range(threads_n)]
+    for th in threads:
+        th.start()
+    with cond:
+        waited = cond.wait_for(lambda: looks >= threads_n + 1, timeout=30)
+    release.set()
+    for th in threads:
+        th.join(30)
+    assert waited
+    assert len(loads) == 1 and all(g is loads[0] for g in got)
+    with pytest.raises(KeyError):  # a failed load stores nothing and raises to its caller
+        cache.get_or_load("bad", lambda: {}["missing"])
+    assert "bad" not in cache
