@@ -265,7 +265,8 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                 u = None if cfg.bootstrap == "exact" else np.stack([
                     plan._rng(s, STREAM["bootstrap"], *plan.pairs[p], c).random((reps, n_j)) for p in members
                 ])
-                dec = bootstrap_decisions(values, summer, ssum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u, hist_cache)
+                dec = bootstrap_decisions(values, summer, ssum, qsum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u,
+                                          hist_cache)
             elif rule == "bootstrap":
                 p_low, pos, inv = _bootstrap_tail(values, summer, ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":

@@ -232,15 +232,6 @@ def bennett_bracket(
     return lo, hi
 
 
-_FINGERPRINT = np.random.default_rng(20261201).random(64) + 1.0
-"""Weights of a histogram's fingerprint (fixed, so the same rows always merge the same way)."""
-
-
-def fingerprint_weights(n_values: int) -> np.ndarray:
-    """The weight of each value's count in a histogram's fingerprint (0 past 64 values: the
-    fingerprint then says nothing and rows are merged only where checked equal)."""
-    return _FINGERPRINT[:n_values] if n_values <= len(_FINGERPRINT) else np.zeros(n_values)
-
 EPS_ALIAS = 1e-4
 """Target mass of ``S`` outside the window of an approximate tail (bounded by Bennett)."""
 
@@ -254,30 +245,34 @@ def _bernstein_reach(var_sum: np.ndarray, b: np.ndarray, log_inv: float) -> np.n
     return lb + np.sqrt(lb * lb + 2.0 * var_sum * log_inv)
 
 
-def fingerprints(hist: np.ndarray) -> np.ndarray:
-    """A 64-bit fingerprint per histogram row (equal rows, equal fingerprints), for sorting."""
-    n_v = hist.shape[1]
-    weights = fingerprint_weights(n_v)
-    out = np.zeros(len(hist))
-    for i in range(n_v):  # column by column, as bootstrap_decisions builds it
-        out += np.asarray(hist[:, i], dtype=np.float64) * weights[i]
-    return out.view(np.int64)  # bits: sorts as integers
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93], dtype=np.uint64)
+"""Odd multipliers of the row hash (fixed: the same rows always sort the same way)."""
 
 
-def _group_order(keys: tuple[np.ndarray, ...], fingerprint: np.ndarray) -> np.ndarray:
+def row_hash(words: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per row of ``words [rows, W]`` (integers that code a histogram exactly):
+    equal rows, equal hashes. Only a sort key; equality is always checked on ``words``."""
+    h = np.zeros(len(words), dtype=np.uint64)
+    for i in range(words.shape[1]):
+        h += words[:, i].astype(np.uint64) * _MIX[i % len(_MIX)]
+        h ^= h >> np.uint64(29)
+    return h.view(np.int64)
+
+
+def _group_order(keys: tuple[np.ndarray, ...], hashes: np.ndarray) -> np.ndarray:
     """An order of the rows sorted by ``keys`` (integers, the first most significant) and,
-    within equal keys, with equal fingerprints adjacent: what ``np.lexsort((fingerprint,
-    *keys[::-1]))`` gives up to the order among fingerprints, several times faster.
+    within equal keys, with equal hashes adjacent: what ``np.lexsort((hashes, *keys[::-1]))``
+    gives up to the order among hashes, several times faster.
 
-    The keys are packed (``_pack``) into one integer with as many low bits of the fingerprint
-    as fit beside them (22 in a replay), so one sort does it; rows that share those bits but
-    not the whole fingerprint may then interleave, which only costs a merge."""
+    The keys are packed (``_pack``) into one integer with as many low bits of the hash as fit
+    beside them (22 in a replay), so one sort does it; rows that share those bits but not the
+    whole hash may then interleave, which only costs a merge."""
     composite = _pack(keys)
     bits = min(62 - int(composite.max(initial=0)).bit_length(), 22)
     if bits >= 8:
-        return np.argsort((composite << bits) | (fingerprint & ((1 << bits) - 1)))
-    by_fp = np.argsort(fingerprint)  # keys too wide to share a word with it: two sorts
-    return by_fp[np.argsort(composite[by_fp], kind="stable")]
+        return np.argsort((composite << bits) | (hashes & ((1 << bits) - 1)))
+    by_hash = np.argsort(hashes)  # keys too wide to share a word with it: two sorts
+    return by_hash[np.argsort(composite[by_hash], kind="stable")]
 
 
 def _pack(keys: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -306,7 +301,7 @@ def approx_bracket(
     q: np.ndarray,
     vlo: np.ndarray,
     vhi: np.ndarray,
-    fingerprint: np.ndarray | None = None,
+    words: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` from a short characteristic-function sum.
 
@@ -318,11 +313,15 @@ def approx_bracket(
     and ``c``, its length rounded up to four sizes per octave and its start to a multiple of
     a quarter-octave step, so rows share it; rows with the same ``(k, c, n)`` share one call,
     and terms with ``|φ_j|^k <= EPS_APPROX`` are left out.
+
+    ``words [rows, W]`` codes each histogram exactly (equal rows, equal words; the counts
+    themselves when not given): rows with equal words and windows are computed once.
     """
     hist = np.asarray(hist)
     values = np.asarray(values, dtype=np.int64)
     vt = tuple(int(v) for v in values)
     span = int(values.max() - values.min())
+    low_v = int(values.min())
     k = np.asarray(k, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     kf = k.astype(np.float64)
@@ -337,52 +336,58 @@ def approx_bracket(
     step = 2 ** np.maximum(np.floor(np.log2(width)).astype(np.int64) - 2, 0)
     below = -(-(c - first) // step) * step  # c - L, rounded up: the window starts at or before `first`
     n = -(-(below + (last - c) + 1) // step) * step
-    n += 1 - n % 2  # odd: no Nyquist term
-    low_v = int(values.min())
-    exact_n = span * k + 1
-    exact_n += 1 - exact_n % 2
+    n |= 1  # odd: no Nyquist term
+    exact_n = (span * k + 1) | 1
     use_exact = n >= exact_n  # the whole support fits: no aliasing
     n = np.where(use_exact, exact_n, n)
     start = np.where(use_exact, low_v * k, c - below)
-    e_lo = np.where(use_exact, 0.0, _bennett(s - (start - 1), var_sum, b_lo))  # P(S <= L-1)
-    e_hi = np.where(use_exact, 0.0, _bennett((start + n) - s, var_sum, b_hi))  # P(S >= L+n)
-    # equal histograms have equal (k, c, n, start) and, last in the sort, equal fingerprints,
-    # so each run of them is computed once; a group's runs are checked row by row before they
-    # are merged (two histograms sharing a fingerprint would only cost the saving)
-    if fingerprint is None:
-        fingerprint = fingerprints(hist)
+    # rows with equal (k, c, n, start) and equal words are one computation: sort them together
+    # (the hash last) and take the first row of each run
+    if words is None:
+        words = hist.astype(np.int64).reshape(len(hist), -1)
     group = _pack((k, c, n))  # one integer per (k, c, n): one gather and one comparison
-    order = _group_order((group, start), fingerprint)
-    gs, st, fp = group[order], start[order], fingerprint[order]
-    hs = hist[order]  # one gather; the groups are slices of it
+    order = _group_order((group, start), row_hash(words))
+    gs, st = group[order], start[order]
+    ws = np.take(words, order, axis=0)
     new_group = np.r_[True, gs[1:] != gs[:-1]]
-    new_run = new_group | np.r_[True, (fp[1:] != fp[:-1]) | (st[1:] != st[:-1])]
-    edges = np.r_[np.flatnonzero(new_group), len(order)]
-    val = np.empty(len(order))
-    err = np.empty(len(order))
+    new_run = new_group | np.r_[True, (st[1:] != st[:-1]) | (ws[1:] != ws[:-1]).any(axis=1)]
+    heads = np.flatnonzero(new_run)  # positions in ``order`` of each run's first row
+    run = np.cumsum(new_run) - 1  # the run of each position
+    rows = order[heads]  # one row per distinct computation
+    h_st = st[heads]
+    h_hist = np.take(hist, rows, axis=0)
+    val = np.empty(len(heads))
+    err = np.zeros(len(heads))
+    inside = np.ones(len(heads), dtype=bool)
+    edges = np.r_[np.flatnonzero(new_group[heads]), len(heads)]  # groups, in runs
     for a, b in zip(edges[:-1], edges[1:], strict=True):
-        head = order[a]
+        head = rows[a]
         kk, cc, nn = int(k[head]), int(c[head]), int(n[head])
         low = low_v * kk
         if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
             val[a:b] = 0.0 if cc < low else 1.0
-            err[a:b] = 0.0
-            e_lo[order[a:b]] = e_hi[order[a:b]] = 0.0
+            inside[a:b] = False
             continue
-        h = hs[a:b]
-        heads = np.flatnonzero(new_run[a:b])
-        run = np.cumsum(new_run[a:b]) - 1
-        if not np.array_equal(h, h[heads][run]):  # a shared fingerprint: no merging in this group
-            heads = run = np.arange(b - a)
-        pmf = h[heads].astype(np.float64)
+        pmf = h_hist[a:b].astype(np.float64)
         pmf /= kk
-        val[a:b] = _fourier_cdf(pmf, vt, kk, st[a:b][heads], cc, nn, EPS_APPROX)[run]
+        val[a:b] = _fourier_cdf(pmf, vt, kk, h_st[a:b], cc, nn, EPS_APPROX)
         err[a:b] = truncation_error(nn, EPS_APPROX) + 1e-12
-    val[order], err[order] = val.copy(), err.copy()
+    aliased = ~use_exact[rows] & inside
+    e_lo = np.zeros(len(rows))
+    e_hi = np.zeros(len(rows))
+    if aliased.any():
+        r = rows[aliased]
+        e_lo[aliased] = _bennett(s[r] - (h_st[aliased] - 1), var_sum[r], b_lo[r])  # P(S <= L-1)
+        e_hi[aliased] = _bennett((h_st[aliased] + n[r]) - s[r], var_sum[r], b_hi[r])  # P(S >= L+n)
     lo = val - e_hi - err
     hi = val + e_lo + err
     lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
-    return lo, np.clip(hi * (1.0 + SLACK) + SLACK, lo, 1.0)
+    hi = np.clip(hi * (1.0 + SLACK) + SLACK, lo, 1.0)
+    out_lo = np.empty(len(order))
+    out_hi = np.empty(len(order))
+    out_lo[order] = lo[run]
+    out_hi[order] = hi[run]
+    return out_lo, out_hi
 
 
 BERRY_ESSEEN = 0.4748

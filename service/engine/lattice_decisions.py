@@ -22,37 +22,62 @@ from functools import lru_cache
 import numpy as np
 
 from service.engine import rules as R
-from service.engine.lattice import (
-    approx_bracket,
-    bennett_bracket,
-    berry_esseen_bracket,
-    fingerprint_weights,
-    tail,
-)
+from service.engine.lattice import approx_bracket, bennett_bracket, berry_esseen_bracket, tail
 
 
 class Histograms:
     """The observed counts of a block of cases and what every threshold needs from them:
-    ``counts [cases, V]`` (exact integers, a row per case) over ``values``, ``k``, ``Σv``,
-    ``Σv²``, least and largest observed value, and a fingerprint of each row. Built once per
-    block; ``Tails`` at several thresholds share it."""
+    ``counts [cases, V]`` (exact integers, a row per case) over ``values``; ``words [cases, W]``,
+    integers that code each row exactly (equal rows, equal words); ``k``, ``Σv``, ``Σv²``
+    (lattice units, exact); and the least and largest observed value. Built once per block;
+    ``Tails`` at several thresholds share it."""
 
-    def __init__(self, counts: np.ndarray, values: np.ndarray, fingerprint: np.ndarray):
+    def __init__(self, counts: np.ndarray, values: np.ndarray, words: np.ndarray,
+                 k: np.ndarray, s: np.ndarray, q: np.ndarray):
         self.counts = counts
         self.values = np.asarray(values, dtype=np.int64)
-        self.fingerprint = fingerprint  # ``fingerprints(counts)``, built with the counts
+        self.words = words
+        self.k = np.asarray(k, dtype=np.int64)
+        self.s = np.asarray(s, dtype=np.float64)
+        self.q = np.asarray(q, dtype=np.float64)
         vals = self.values.astype(np.float64)
-        kmax = float(counts.shape[0] and counts.max(axis=None)) * len(vals)
-        # float32 sums are exact while they stay below 2**24 (the common case: fifths, k < 500)
-        dt = np.float32 if kmax * float(np.max(vals * vals, initial=1.0)) < 2**24 else np.float64
-        moments = np.stack([np.ones_like(vals), vals, vals * vals], axis=1).astype(dt)
-        kq = counts.astype(dt, copy=False) @ moments  # [cases, 3]: k, Σv, Σv²
-        self.k = kq[:, 0].astype(np.int64)
-        self.s = kq[:, 1].astype(np.float64)
-        self.q = kq[:, 2].astype(np.float64)
         lo_i, hi_i = _present_range(counts)
         self.vlo = np.where(self.k > 0, vals[lo_i], vals[-1])
         self.vhi = np.where(self.k > 0, vals[hi_i], vals[0])
+
+
+def count_values(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(vals, counts [cases, V], words [cases, W])``: how often each distinct value of
+    ``values [P, N]`` occurs among each case's observed tasks.
+
+    Counts are packed several to a float64 (fields of 8 bits below 256 tasks, else 16; the
+    field of a value holds ``2**(bits·slot)`` per task), so one sum over the observed tasks
+    gives ``W = ceil(V / fields)`` words instead of ``V`` sums: each word stays below
+    ``2**48`` however many tasks are summed, so it is exact, and its bytes are the counts.
+    The words code the row exactly, for merging equal rows."""
+    vals = np.unique(values)
+    n_tasks = values.shape[1]
+    if n_tasks >= 1 << 16:  # one float32 sum per value (exact below 2**24 tasks)
+        counts = np.empty((n_cases, len(vals)), dtype=np.float32)
+        for i, v in enumerate(vals):
+            counts[:, i] = summer((values == v).astype(np.float32)).ravel()
+        return vals, counts, counts.view(np.int32)
+    bits = 8 if n_tasks < 1 << 8 else 16
+    dtype = np.uint8 if bits == 8 else np.uint16
+    per = 48 // bits  # fields per word
+    slot = np.searchsorted(vals, values)  # [P, N]: each task's value, as a column
+    n_words = -(-len(vals) // per)
+    words = np.empty((n_cases, n_words), dtype=np.int64)
+    for w in range(n_words):
+        field = slot - w * per
+        x = np.where((field >= 0) & (field < per), np.exp2(bits * np.clip(field, 0, per - 1)), 0.0)
+        words[:, w] = summer(x).ravel()  # float64 sums of powers of two below 2**48: exact
+    fields = words.view(dtype).reshape(n_cases, n_words, 64 // bits)
+    counts = np.empty((n_cases, len(vals)), dtype=dtype)
+    for w in range(n_words):
+        cols = min(per, len(vals) - w * per)
+        counts[:, w * per : w * per + cols] = fields[:, w, :cols]
+    return vals, counts, words
 
 
 def _present_range(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,14 +108,14 @@ class Tails:
     def __init__(self, hist: Histograms, c: np.ndarray):
         self.counts, self.values = hist.counts, hist.values
         self.k, self.s, self.q, self.vlo, self.vhi = hist.k, hist.s, hist.q, hist.vlo, hist.vhi
-        self.fingerprint = hist.fingerprint
+        self.words = hist.words
         self.c = np.asarray(c, dtype=np.int64)
         self.lo, self.hi = bennett_bracket(self.k, self.s, self.q, self.vlo, self.vhi, self.c)
         self.stage = np.zeros(len(self.c), dtype=np.int8)
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
 
     def _rows(self, idx: np.ndarray) -> np.ndarray:
-        return self.counts[idx]  # exact counts; the kernels take float64 pmfs of them
+        return np.take(self.counts, idx, axis=0)  # exact counts; the kernels take float64 pmfs of them
 
     def settle(self, decide) -> np.ndarray:
         """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
@@ -120,7 +145,7 @@ class Tails:
                         self.q[idx],
                         self.vlo[idx],
                         self.vhi[idx],
-                        self.fingerprint[idx],
+                        np.take(self.words, idx, axis=0),
                     )
                 lo, hi = np.maximum(lo, self.lo[idx]), np.minimum(hi, self.hi[idx])
             self.lo[idx], self.hi[idx] = lo, hi
@@ -196,6 +221,7 @@ def bootstrap_decisions(
     values: np.ndarray,
     summer,
     ssum: np.ndarray,
+    qsum: np.ndarray,
     ks: np.ndarray,
     theta: float,
     lattice: int,
@@ -209,29 +235,20 @@ def bootstrap_decisions(
     ``u < rules.bootstrap_conclude_prob`` (finite ``B``, one uniform per case in ``u``) on the
     exact tail, which is computed only where a bracket cannot decide.
 
-    ``summer`` maps per-task values to sums over each case's observed tasks. ``cache`` keeps
-    the brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
+    ``summer`` maps per-task values to sums over each case's observed tasks; ``ssum`` and
+    ``qsum`` are its sums of ``values`` and their squares (exact). ``cache`` keeps the
+    brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
     """
     if ("lattice",) not in cache:
-        vals = np.unique(values)
-        kmax = int(ks.max(initial=0))
-        dtype = np.uint8 if kmax < 1 << 8 else np.uint16 if kmax < 1 << 16 else np.float32
-        # [cases, V], the smallest type that holds k: the random gathers of the short sum's rows
-        # then stay in cache (a block of uint8 counts is a quarter of the float32 one)
-        counts = np.empty((ssum.size, len(vals)), dtype=dtype)
-        weights = fingerprint_weights(len(vals))
-        fingerprint = np.zeros(ssum.size)
-        for i, v in enumerate(vals):  # one value at a time: a neyman summer is per pair
-            col = summer((values == v).astype(np.float32)).ravel()  # float32 sums of 0/1: exact
-            counts[:, i] = col
-            fingerprint += col * weights[i]  # as ``fingerprints(counts)``, without a strided pass
-        cache[("lattice",)] = Histograms(counts, vals, fingerprint.view(np.int64))
+        vals, counts, words = count_values(values, summer, ssum.size)
+        k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
+        cache[("lattice",)] = Histograms(counts, vals, words, k, ssum.ravel(), qsum.ravel())
     key = ("lattice", f"{theta!r}")
     if key not in cache:
-        k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
-        c = R.bootstrap_threshold(theta, k, lattice)
-        pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
-        cache[key] = (Tails(cache[("lattice",)], c), pos)
+        hist = cache[("lattice",)]
+        c = R.bootstrap_threshold(theta, hist.k, lattice)
+        pos = R.above(hist.s, hist.k.astype(np.float64), theta, lattice)
+        cache[key] = (Tails(hist, c), pos)
     tails, pos = cache[key]
     if resamples == "exact":
 

@@ -137,7 +137,9 @@ def _block(seed: int, values: np.ndarray, n_pairs: int = 6, n_tasks: int = 30, r
     rank[np.arange(reps)[:, None], orders] = np.arange(n_tasks)[None, :]
     obs = (rank.T[:, :, None] < ks[None, None, :]).reshape(n_tasks, -1).astype(np.float32)
 
-    def summer(x):
+    def summer(x):  # as chunk's: float32 sums of small integers, float64 kept for wide ones
+        if x.dtype == np.float64:
+            return (x @ obs.astype(np.float64)).reshape(len(x), reps, len(ks))
         return (x.astype(np.float32) @ obs).astype(np.float64).reshape(len(x), reps, len(ks))
 
     return vals, ks, summer, rng
@@ -149,6 +151,7 @@ def test_staged_decisions_equal_decisions_on_exact_tails(theta):
     values = np.arange(-5, 6)
     vals, ks, summer, rng = _block(7, values)
     ssum = summer(vals.astype(np.float32))
+    qsum = summer((vals * vals).astype(np.float32))
     counts = np.stack([summer((vals == v).astype(np.float32)) for v in np.unique(vals)], axis=-1)
     hist = counts.reshape(-1, counts.shape[-1])
     k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
@@ -157,12 +160,12 @@ def test_staged_decisions_equal_decisions_on_exact_tails(theta):
     pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
     cache: dict = {}
     for a in (0.05, 0.2):
-        got = LD.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, "exact", None, cache)
+        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, "exact", None, cache)
         want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
         np.testing.assert_array_equal(got, want)
         for big_b in (200, 20):
             u = rng.random(ssum.shape)
-            got = LD.bootstrap_decisions(vals, summer, ssum, ks, theta, lattice, a, big_b, u, cache)
+            got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, big_b, u, cache)
             q = R.bootstrap_conclude_prob(p_low, pos, a, big_b)
             want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
             np.testing.assert_array_equal(got, want)
@@ -194,7 +197,7 @@ def test_present_range_matches_a_scan():
                 assert (a, b) == (present[0], present[-1])
 
 
-def test_group_order_sorts_by_keys_and_keeps_equal_fingerprints_adjacent():
+def test_group_order_sorts_by_keys_and_keeps_equal_hashes_adjacent():
     rng = np.random.default_rng(8)
     keys = (rng.integers(0, 4, 3000), rng.integers(-50, 50, 3000), rng.integers(0, 3, 3000))
     fp = rng.integers(0, 40, 3000)
@@ -204,13 +207,14 @@ def test_group_order_sorts_by_keys_and_keeps_equal_fingerprints_adjacent():
     assert seq == sorted(seq)  # sorted by the keys, first most significant
     rows = list(zip(*(key[order] for key in keys), fp[order], strict=True))
     runs = [row for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
-    assert len(runs) == len(set(runs))  # a (keys, fingerprint) run is never split
+    assert len(runs) == len(set(runs))  # a (keys, hash) run is never split
 
 
-def test_approx_merges_only_equal_histograms():
-    """Repeated rows are computed once, and only equal rows are merged: with a fingerprint
-    shared by every row, rows of one window group that differ must still get their own
-    brackets. The replay's shape: one threshold per k, histograms drawn from one pair."""
+def test_approx_merges_only_equal_histograms(monkeypatch):
+    """Repeated rows are computed once, and only equal rows are merged: with a hash shared by
+    every row (so that different rows interleave in the sort), rows of one window group that
+    differ must still get their own brackets. The replay's shape: one threshold per k,
+    histograms drawn from one pair."""
     values = np.arange(-5, 6)
     rng = np.random.default_rng(21)
     p = np.array([0, 0, 0, 1, 2, 40, 3, 1, 0, 0, 0], dtype=np.float64)
@@ -223,7 +227,9 @@ def test_approx_merges_only_equal_histograms():
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     args = (hist, values, c, k, s, q, vlo, vhi)
     merged = LT.approx_bracket(*args)
-    clash = LT.approx_bracket(*args, np.zeros(len(hist), dtype=np.int64))
+    with monkeypatch.context() as m:
+        m.setattr(LT, "row_hash", lambda words: np.zeros(len(words), dtype=np.int64))
+        clash = LT.approx_bracket(*args)
     alone = np.array([[b[0] for b in LT.approx_bracket(*(x[i : i + 1] if x is not values else x for x in args))]
                       for i in range(len(hist))])
     assert len(np.unique(hist, axis=0)) < len(hist) / 2  # duplicates to merge
@@ -234,8 +240,8 @@ def test_approx_merges_only_equal_histograms():
         np.testing.assert_allclose(np.stack([lo, hi], axis=1), alone, rtol=0, atol=1e-5)
 
 
-def test_group_order_for_keys_too_wide_to_share_a_word_with_the_fingerprint():
-    """Packed keys past 2**54 leave under 8 fingerprint bits: the two-sort path."""
+def test_group_order_for_keys_too_wide_to_share_a_word_with_the_hash():
+    """Packed keys past 2**54 leave under 8 hash bits: the two-sort path."""
     rng = np.random.default_rng(9)
     keys = (rng.integers(0, 3, 2000), rng.integers(-(1 << 58), 1 << 58, 2000) // (1 << 55) * (1 << 55))
     assert int(LT._pack(keys).max()).bit_length() > 54
@@ -258,3 +264,38 @@ def test_pack_is_equal_exactly_where_the_keys_are():
         order = np.argsort(packed, kind="stable")
         assert [rows[i] for i in order] == sorted(rows)  # sorts as the keys do
         assert len(set(packed.tolist())) == len(set(rows))  # equal exactly where the keys are
+
+
+@pytest.mark.parametrize("n_tasks", [30, 300, 1 << 16])
+def test_count_values_packs_exact_counts_and_words_that_code_rows(n_tasks):
+    """Counts packed several to a float64 (8-bit fields below 256 tasks, 16-bit below 65,536,
+    one sum per value past that) equal the per-value sums, and rows with equal words are
+    exactly the equal rows."""
+    rng = np.random.default_rng(n_tasks)
+    values = np.array([-5, -3, -1, 0, 1, 2, 4, 5, 7, -7, 3, -2, 6, -6])  # 14 values: three words at 8 bits
+    n_pairs, reps = 3, 4 if n_tasks > 1000 else 20
+    vals = rng.choice(values, size=(n_pairs, n_tasks), p=rng.dirichlet(np.ones(len(values))))
+    ks = np.unique(np.linspace(1, n_tasks, 6).astype(int))
+    if n_tasks > 1000:  # a few tasks carry the variety; the rest are 0
+        vals[:, 20:] = 0
+    orders = np.stack([rng.permutation(n_tasks) for _ in range(reps)])
+    rank = np.empty_like(orders)
+    rank[np.arange(reps)[:, None], orders] = np.arange(n_tasks)[None, :]
+    obs = (rank.T[:, :, None] < ks[None, None, :]).reshape(n_tasks, -1).astype(np.float32)
+
+    def summer(x):
+        dt = np.float64 if x.dtype == np.float64 else np.float32
+        return (x.astype(dt) @ obs.astype(dt)).astype(np.float64).reshape(len(x), reps, len(ks))
+
+    n_cases = n_pairs * reps * len(ks)
+    got_vals, counts, words = LD.count_values(vals, summer, n_cases)
+    np.testing.assert_array_equal(got_vals, np.unique(vals))
+    want = np.stack([summer((vals == v).astype(np.float32)).ravel() for v in got_vals], axis=1)
+    np.testing.assert_array_equal(counts.astype(np.float64), want)
+    assert counts.dtype == (np.uint8 if n_tasks < 256 else np.uint16 if n_tasks < 1 << 16 else np.float32)
+    _, row_id = np.unique(want, axis=0, return_inverse=True)
+    _, word_id = np.unique(words, axis=0, return_inverse=True)
+    same_rows = row_id.ravel()[:, None] == row_id.ravel()[None, :]
+    same_words = word_id.ravel()[:, None] == word_id.ravel()[None, :]
+    np.testing.assert_array_equal(same_rows, same_words)
+    assert len(np.unique(row_id)) > 10  # the check sees many different rows
