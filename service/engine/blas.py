@@ -11,6 +11,8 @@ Parallelism comes from the processes instead. A lone replay on an idle machine (
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from threadpoolctl import threadpool_limits
 
@@ -33,4 +35,15 @@ def one_blas_thread() -> None:
         _limit = threadpool_limits(limits=1, user_api="blas")
 
 
-__all__ = ["one_blas_thread"]
+@contextmanager
+def blas_single_thread() -> Iterator[None]:
+    """One BLAS thread for a stretch of many small matrix products (a few thousand rows by a
+    dozen columns): OpenBLAS hands each to its threads, whose wake-up and spinning cost more
+    than they save. On the lattice bootstrap's brackets one thread gave the same wall time for
+    25 % less CPU, and a fresh process's first replay ran 20 % faster. The large products
+    around it keep the process's setting."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+__all__ = ["blas_single_thread", "one_blas_thread"]

@@ -55,3 +55,27 @@ def test_the_in_process_runner_and_the_celery_worker_set_one_blas_thread(broker,
             "build_runner(settings, TaskContext.__new__(TaskContext))\n"
         )
     assert blas_threads(setup) == {1}
+
+
+def test_blas_single_thread_limits_a_stretch_and_restores_the_setting():
+    """The lattice bootstrap's brackets run on one thread; the process's own setting (here the
+    default, one per core on this machine) is back afterwards."""
+    setup = (
+        "import numpy, json\nfrom threadpoolctl import threadpool_info\n"
+        "from service.engine.blas import blas_single_thread\n"
+        "before = sorted({lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas'})\n"
+        "with blas_single_thread():\n"
+        "    inside = sorted({lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas'})\n"
+        "print(json.dumps([before, inside]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", setup + REPORT], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    before, inside = json.loads(lines[-2])
+    after = json.loads(lines[-1])
+    assert inside == [1]
+    assert sorted(set(after)) == before
+    if os.cpu_count() and os.cpu_count() > 1:
+        assert before != [1]  # the default is several threads: the limit is not vacuous
