@@ -14,6 +14,8 @@ sufficient statistics so that replay can evaluate millions of cases at once:
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -176,31 +178,81 @@ def tail_trinomial_screen(k, n_plus, n_minus, c) -> np.ndarray:
     return np.where(b_low < FAR_TAIL, 0.0, np.where(b_high < FAR_TAIL, 1.0, np.nan))
 
 
+_DENSE_MAX_K = 1447
+"""Largest ``k`` whose tails are kept in a dense ``[k+1, k+1]`` table (2**21 entries, 16 MB)."""
+_DENSE_BYTES = 192 << 20
+"""Memory of the dense tables a process keeps; the least recently used go first."""
+_dense: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+_dense_lock = threading.Lock()
 _TAIL_MEMO: dict[tuple[int, int, int, int], float] = {}
+"""Tails for ``k`` past ``_DENSE_MAX_K``, by key."""
+
+
+def _dense_table(k: int, c: int) -> np.ndarray:
+    """The tails of every ``(n+, n-)`` at ``(k, c)`` met so far (NaN: not yet), shared by the
+    threads of a process (a tail written twice is the same number)."""
+    with _dense_lock:
+        table = _dense.get((k, c))
+        if table is not None:
+            _dense.move_to_end((k, c))
+            return table
+        table = np.full((k + 1, k + 1), np.nan)
+        _dense[(k, c)] = table
+        total = sum(t.nbytes for t in _dense.values())
+        while total > _DENSE_BYTES and len(_dense) > 1:
+            total -= _dense.popitem(last=False)[1].nbytes
+        return table
+
+
+def _tails_now(k: np.ndarray, n_plus: np.ndarray, n_minus: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The tails, computed: Bernstein's screen first (cheap), the FFT only for the rest."""
+    vals = tail_trinomial_screen(k, n_plus, n_minus, c)
+    todo = np.flatnonzero(np.isnan(vals))
+    if len(todo):
+        hist = np.stack([n_minus[todo], k[todo] - n_plus[todo] - n_minus[todo], n_plus[todo]], axis=1)
+        vals[todo] = tail_lattice(hist, np.array([-1, 0, 1]), c[todo])
+    return vals
 
 
 def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
     """``P(X - Y <= c)`` as ``tail_trinomial``, through the FFT convolution (about 3× faster)
-    and a per-process memo: chunks of one replay meet the same samples again."""
+    and a per-process memo: chunks of one replay meet the same samples again.
+
+    The memo is a dense table of tails per ``(k, c)`` indexed by ``(n+, n-)``, so a block's
+    thousands of samples are looked up and stored with array indexing; keys of a ``k`` too
+    large for a table go through a dict."""
     k, n_plus, n_minus, c = (np.asarray(x, dtype=np.int64).ravel() for x in (k, n_plus, n_minus, c))
     out = np.empty(len(k))
-    keys = list(zip(k.tolist(), n_plus.tolist(), n_minus.tolist(), c.tolist(), strict=True))
-    missing = [i for i, key in enumerate(keys) if key not in _TAIL_MEMO]
-    if missing:
-        mi = np.array(missing)
-        # Bernstein screen first (cheap), FFT only for the rest.
-        vals = tail_trinomial_screen(k[mi], n_plus[mi], n_minus[mi], c[mi])
-        todo = np.flatnonzero(np.isnan(vals))
-        if len(todo):
-            t = mi[todo]
-            hist = np.stack([n_minus[t], k[t] - n_plus[t] - n_minus[t], n_plus[t]], axis=1)
-            vals[todo] = tail_lattice(hist, np.array([-1, 0, 1]), c[t])
-        if len(_TAIL_MEMO) > 4_000_000:
-            _TAIL_MEMO.clear()
-        for i, v in zip(missing, vals.tolist(), strict=True):
-            _TAIL_MEMO[keys[i]] = v
-    for i, key in enumerate(keys):
-        out[i] = _TAIL_MEMO[key]
+    dense = k <= _DENSE_MAX_K
+    if dense.any():
+        idx = np.flatnonzero(dense)
+        key = (k[idx] << 32) + (c[idx] + (1 << 31))  # one integer per (k, c): |c| <= k < 2**31
+        pairs, which = np.unique(key, return_inverse=True)
+        by_pair = np.argsort(which, kind="stable")
+        edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(pairs)))]
+        for code, lo, hi in zip(pairs.tolist(), edges[:-1], edges[1:], strict=True):
+            kk, cc = code >> 32, (code & 0xFFFFFFFF) - (1 << 31)
+            rows = idx[by_pair[lo:hi]]
+            table = _dense_table(kk, cc)
+            got = table[n_plus[rows], n_minus[rows]]
+            miss = np.flatnonzero(np.isnan(got))
+            if len(miss):
+                r = rows[miss]
+                got[miss] = _tails_now(k[r], n_plus[r], n_minus[r], c[r])
+                table[n_plus[r], n_minus[r]] = got[miss]
+            out[rows] = got
+    rest = np.flatnonzero(~dense)
+    if len(rest):
+        keys = list(zip(k[rest].tolist(), n_plus[rest].tolist(), n_minus[rest].tolist(), c[rest].tolist(),
+                        strict=True))
+        missing = [i for i, key in enumerate(keys) if key not in _TAIL_MEMO]
+        if missing:
+            r = rest[np.array(missing)]
+            if len(_TAIL_MEMO) > 4_000_000:
+                _TAIL_MEMO.clear()
+            for i, v in zip(missing, _tails_now(k[r], n_plus[r], n_minus[r], c[r]).tolist(), strict=True):
+                _TAIL_MEMO[keys[i]] = v
+        out[rest] = [_TAIL_MEMO[key] for key in keys]
     return out
 
 
@@ -260,16 +312,25 @@ def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndar
             continue
         size = int(span * kk + 1)
         nfft = 1 << max(1, (size - 1).bit_length())
-        pmf = np.zeros((len(rows), span + 1))
-        pmf[:, values - vmin] = hist[rows] / kk
-        f = _int_power(np.fft.rfft(pmf, nfft, axis=1), int(kk))
-        dist = np.fft.irfft(f, nfft, axis=1)[:, :size]
-        cdf = np.cumsum(np.clip(dist, 0.0, None), axis=1)
-        cdf /= cdf[:, -1:]
-        idx = c[rows] - vmin * kk  # shift: sum of k draws starts at vmin·k
-        val = np.where(idx < 0, 0.0, cdf[np.arange(len(rows)), np.clip(idx, 0, size - 1)])
-        out[rows] = np.where(idx >= size - 1, 1.0, val)
+        # rows a block at a time, so that the spectra being raised to the k-th power stay in
+        # cache (every row is transformed on its own: the blocks do not change its numbers)
+        per = max(1, _FFT_BLOCK // nfft)
+        for i in range(0, len(rows), per):
+            r = rows[i : i + per]
+            pmf = np.zeros((len(r), span + 1))
+            pmf[:, values - vmin] = hist[r] / kk
+            f = _int_power(np.fft.rfft(pmf, nfft, axis=1), int(kk))
+            dist = np.fft.irfft(f, nfft, axis=1)[:, :size]
+            cdf = np.cumsum(np.clip(dist, 0.0, None), axis=1)
+            cdf /= cdf[:, -1:]
+            idx = c[r] - vmin * kk  # shift: sum of k draws starts at vmin·k
+            val = np.where(idx < 0, 0.0, cdf[np.arange(len(r)), np.clip(idx, 0, size - 1)])
+            out[r] = np.where(idx >= size - 1, 1.0, val)
     return np.clip(out, 0.0, 1.0)
+
+
+_FFT_BLOCK = 1 << 15
+"""Spectrum points per block of ``tail_lattice`` (a few hundred kB of complex numbers)."""
 
 
 def bootstrap_conclude_prob(p_low, pos, a, resamples: int):

@@ -1,0 +1,75 @@
+"""The binary tails' memo and blocked FFT (rules.tail_binary, rules.tail_lattice).
+
+``tail_binary`` must give ``tail_trinomial``'s numbers (an independent closed form: a sum of
+binomials) whether a tail comes from its dense table, is computed on a miss, goes through
+the dict kept for large ``k``, or is met again after its table was evicted; ``tail_lattice``
+must give the same bits however its rows are blocked (a replay's report must not depend on
+which chunk met a sample first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.engine import rules as R
+
+
+def _keys(rng: np.random.Generator, ks: list[int], n: int):
+    k = rng.choice(ks, n)
+    a = rng.integers(0, k + 1)
+    b = rng.integers(0, k - a + 1)
+    c = rng.integers(-3, 4, n) + np.rint(0.02 * k).astype(int)  # thresholds near the middle
+    return k, a, b, c
+
+
+@pytest.fixture(autouse=True)
+def fresh_memo(monkeypatch):
+    monkeypatch.setattr(R, "_dense", type(R._dense)())
+    monkeypatch.setattr(R, "_TAIL_MEMO", {})
+
+
+def test_tail_binary_matches_the_closed_form_from_tables_misses_and_hits():
+    rng = np.random.default_rng(1)
+    k, a, b, c = _keys(rng, [5, 40, 300], 600)
+    first = R.tail_binary(k, a, b, c)  # all misses: computed and stored
+    np.testing.assert_allclose(first, R.tail_trinomial(k, a, b, c), rtol=0, atol=1e-11)
+    assert len(R._dense) == len(set(zip(k.tolist(), c.tolist())))
+    again = R.tail_binary(k[::-1], a[::-1], b[::-1], c[::-1])  # all hits, another order
+    np.testing.assert_array_equal(again, first[::-1])
+    filled = sum(int((~np.isnan(t)).sum()) for t in R._dense.values())
+    assert filled == len(set(zip(k.tolist(), a.tolist(), b.tolist(), c.tolist())))
+
+
+def test_tail_binary_past_the_dense_size_uses_the_dict(monkeypatch):
+    monkeypatch.setattr(R, "_DENSE_MAX_K", 50)
+    rng = np.random.default_rng(2)
+    k, a, b, c = _keys(rng, [30, 120], 300)
+    got = R.tail_binary(k, a, b, c)
+    np.testing.assert_allclose(got, R.tail_trinomial(k, a, b, c), rtol=0, atol=1e-11)
+    assert {kk for kk, _c in R._dense} == {30}
+    assert R._TAIL_MEMO and {key[0] for key in R._TAIL_MEMO} == {120}
+    np.testing.assert_array_equal(R.tail_binary(k, a, b, c), got)
+
+
+def test_evicted_tables_are_computed_again_to_the_same_numbers(monkeypatch):
+    monkeypatch.setattr(R, "_DENSE_BYTES", 8 * 41 * 41)  # room for one table of k = 40
+    rng = np.random.default_rng(3)
+    k, a, b, c = _keys(rng, [40], 200)
+    c = np.where(np.arange(200) % 2 == 0, 0, 1)  # two tables at k = 40: the first is evicted
+    got = R.tail_binary(k, a, b, c)
+    assert len(R._dense) == 1
+    np.testing.assert_array_equal(R.tail_binary(k, a, b, c), got)
+    np.testing.assert_allclose(got, R.tail_trinomial(k, a, b, c), rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("block", [1 << 9, 1 << 12, 1 << 20])
+def test_tail_lattice_gives_the_same_bits_however_rows_are_blocked(monkeypatch, block):
+    rng = np.random.default_rng(4)
+    k, a, b, c = _keys(rng, [17, 200, 333], 500)
+    hist = np.stack([b, k - a - b, a], axis=1)
+    values = np.array([-1, 0, 1])
+    base = R.tail_lattice(hist, values, c)
+    monkeypatch.setattr(R, "_FFT_BLOCK", block)
+    np.testing.assert_array_equal(R.tail_lattice(hist, values, c), base)
+    np.testing.assert_array_equal(R.tail_lattice(hist[::-1], values, c[::-1]), base[::-1])
