@@ -37,11 +37,11 @@ def one_blas_thread() -> None:
 
 @contextmanager
 def blas_single_thread() -> Iterator[None]:
-    """One BLAS thread for a stretch of many small matrix products (a few thousand rows by a
-    dozen columns): OpenBLAS hands each to its threads, whose wake-up and spinning cost more
-    than they save. On the lattice bootstrap's brackets one thread gave the same wall time for
-    25 % less CPU, and a fresh process's first replay ran 20 % faster. The large products
-    around it keep the process's setting."""
+    """One BLAS thread for a stretch of small matrix products, then the process's setting
+    again. OpenBLAS hands each product to its threads, which then spin for a while after it;
+    where the work between products is not BLAS (``run_chunk`` on lattice-valued records:
+    products of tens of pairs, then the lattice bootstrap), they only burn a core: on
+    terminal_bench_1_fractional one thread gave the same wall time for 25-40 % less CPU."""
     with threadpool_limits(limits=1, user_api="blas"):
         yield
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.engine.betting import _BLOCK as BETTING_BLOCK
-from service.engine.chunk import BLOCK_ELEMENTS, PAIR_BLOCK_CASES
+from service.engine.chunk import BLOCK_ELEMENTS, block_cases
 from service.engine.plan import Plan, config_groups
 from service.engine.records import group_labels
 from service.engine.spec import ANYTIME_RULES
@@ -85,8 +85,8 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
     orders = 8 * reps * n * min(keys, ORDER_CACHE_ENTRIES)
     # pairs decided together: ~14 float64-sized arrays per case (sums of values, squares and
     # costs, the decision, coverage, the bootstrap's codes and uniforms); cost_ascending
-    # decides every pair of one system A at once, the others in blocks of PAIR_BLOCK_CASES
-    per_block = pairs if "cost_ascending" in kinds else max(1, min(pairs, PAIR_BLOCK_CASES // max(reps * n_j, 1)))
+    # decides every pair of one system A at once, the others in blocks of block_cases(plan)
+    per_block = pairs if "cost_ascending" in kinds else max(1, min(pairs, block_cases(plan) // max(reps * n_j, 1)))
     blocks = 14 * 8 * per_block * reps * n_j
     if any(c.policy.rule == "bootstrap" for c in plan.configs):
         if not plan.fft_bootstrap:

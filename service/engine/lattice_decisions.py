@@ -22,7 +22,6 @@ from functools import lru_cache
 import numpy as np
 
 from service.engine import rules as R
-from service.engine.blas import blas_single_thread
 from service.engine.lattice import approx_bracket, bennett_bracket, berry_esseen_bracket, tail
 
 
@@ -240,26 +239,25 @@ def bootstrap_decisions(
     ``qsum`` are its sums of ``values`` and their squares (exact). ``cache`` keeps the
     brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
     """
-    with blas_single_thread():  # the products here are many and small: see blas_single_thread
-        if ("lattice",) not in cache:
-            vals, counts, words = count_values(values, summer, ssum.size)
-            k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
-            cache[("lattice",)] = Histograms(counts, vals, words, k, ssum.ravel(), qsum.ravel())
-        key = ("lattice", f"{theta!r}")
-        if key not in cache:
-            hist = cache[("lattice",)]
-            c = R.bootstrap_threshold(theta, hist.k, lattice)
-            pos = R.above(hist.s, hist.k.astype(np.float64), theta, lattice)
-            cache[key] = (Tails(hist, c), pos)
-        tails, pos = cache[key]
-        if resamples == "exact":
+    if ("lattice",) not in cache:
+        vals, counts, words = count_values(values, summer, ssum.size)
+        k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
+        cache[("lattice",)] = Histograms(counts, vals, words, k, ssum.ravel(), qsum.ravel())
+    key = ("lattice", f"{theta!r}")
+    if key not in cache:
+        hist = cache[("lattice",)]
+        c = R.bootstrap_threshold(theta, hist.k, lattice)
+        pos = R.above(hist.s, hist.k.astype(np.float64), theta, lattice)
+        cache[key] = (Tails(hist, c), pos)
+    tails, pos = cache[key]
+    if resamples == "exact":
 
-            def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
-                return R.bootstrap_from_tail(p, pos[i], a, "exact")
-        else:
-            decide = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
+        def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
+            return R.bootstrap_from_tail(p, pos[i], a, "exact")
+    else:
+        decide = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
 
-        return tails.settle(decide).reshape(ssum.shape)
+    return tails.settle(decide).reshape(ssum.shape)
 
 
 def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service import examples
-from service.engine.chunk import PAIR_BLOCK_CASES
+from service.engine.chunk import block_cases
 from service.engine.records import load_records
 from service.engine.replay import plan_replay, run_chunk, total_cases
 from service.engine.spec import make_spec
@@ -18,7 +18,7 @@ def test_one_block_chunk_reports_progress_per_configuration_and_sums_to_the_case
         seeds=2,
     )
     plan = plan_replay(records, spec)
-    assert plan.n_pairs * spec.orders * len(spec.budgets) < PAIR_BLOCK_CASES  # all pairs are one block
+    assert plan.n_pairs * spec.orders * len(spec.budgets) < block_cases(plan)  # all pairs are one block
     calls: list[int] = []
     run_chunk(plan, 0, plan.n_pairs, progress=calls.append)
     assert sum(calls) == total_cases(plan)

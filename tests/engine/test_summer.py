@@ -1,0 +1,39 @@
+"""Sums over observed tasks (engine/chunk.py): the orders' totals and the packed 0/1 counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.engine import chunk as C
+
+
+def _order(rng, reps: int, n: int) -> np.ndarray:
+    return np.stack([rng.permutation(n) for _ in range(reps)])
+
+
+def test_rep_sums_equal_the_per_order_sums_added_up():
+    rng = np.random.default_rng(0)
+    n, reps, ks = 60, 25, np.array([3, 10, 31, 60])
+    summer = C._MatrixSummer(_order(rng, reps, n), ks)
+    x = rng.random((7, n))
+    want = summer(x).sum(axis=1)
+    np.testing.assert_allclose(summer.rep_sums(x), want, rtol=1e-12, atol=0)
+    # the direct count: order r observes its first k tasks
+    order = _order(np.random.default_rng(0), reps, n)
+    direct = np.array([[sum(x[p, order[r, :k]].sum() for r in range(reps)) for k in ks] for p in range(len(x))])
+    np.testing.assert_allclose(summer.rep_sums(x), direct, rtol=1e-12, atol=0)
+
+
+def test_packed_binary_counts_equal_separate_sums():
+    """``n+ + 4096·n-`` in one float32 product is exact below 4,096 tasks: both counts, and so
+    the sums of d and d², come back exactly."""
+    rng = np.random.default_rng(1)
+    n, reps, ks = C._PACK - 1, 3, np.array([1, 700, C._PACK - 1])
+    summer = C._MatrixSummer(_order(rng, reps, n), ks)
+    d = rng.choice([-1.0, 0.0, 1.0], size=(4, n))
+    d[0] = -1.0  # every task lost: the largest packed sum
+    packed = summer(np.where(d > 0, 1.0, np.where(d < 0, float(C._PACK), 0.0)).astype(np.float32))
+    n_minus = np.floor(packed * (1.0 / C._PACK))
+    n_plus = packed - C._PACK * n_minus
+    np.testing.assert_array_equal(n_plus, summer((d > 0).astype(np.float32)))
+    np.testing.assert_array_equal(n_minus, summer((d < 0).astype(np.float32)))
