@@ -25,7 +25,16 @@ from sqlalchemy.pool import NullPool
 from service.config import Settings
 from service.db import engine_for, make_sessionmaker
 from service.engine.blas import one_blas_thread
-from service.jobs import TASKS, CeleryRunner, TaskContext, bind_runner, is_transient, load_tasks, make_celery
+from service.jobs import (
+    TASKS,
+    CeleryRunner,
+    TaskContext,
+    bind_runner,
+    import_preloaded,
+    is_transient,
+    load_tasks,
+    make_celery,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,7 @@ def create_worker_app(settings: Settings) -> Celery:
     if not settings.broker_url:
         raise ValueError("the Celery worker needs SUFFICIENCY_BROKER_URL (redis://...)")
     load_tasks()
+    import_preloaded()  # before the pool forks: no job pays the engine's imports
     one_blas_thread()  # several worker processes share the cores (see service/engine/blas.py)
     worker_process_init.connect(lambda **_: one_blas_thread(), weak=False)  # a pool started by spawn
     app = make_celery(settings)

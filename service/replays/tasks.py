@@ -27,12 +27,15 @@ from sqlalchemy.orm import Session
 
 from service.db import transaction, utcnow
 from service.engine.spec import SpecError
-from service.jobs import TaskContext, enqueue, is_transient, on_undelivered, task
+from service.jobs import TaskContext, enqueue, is_transient, on_undelivered, preload, task
 from service.replays import repository
 from service.replays import service as replays
 from service.replays.models import CHUNK_DONE, FAILED, FINISHED, QUEUED, RUNNING, SUCCEEDED
 
 log = logging.getLogger(__name__)
+
+
+preload("service.engine.replay", "service.engine.pairs", "service.engine.report")
 
 
 class Interrupted(Exception):

@@ -34,11 +34,11 @@ def test_tail_binary_matches_the_closed_form_from_tables_misses_and_hits():
     k, a, b, c = _keys(rng, [5, 40, 300], 600)
     first = R.tail_binary(k, a, b, c)  # all misses: computed and stored
     np.testing.assert_allclose(first, R.tail_trinomial(k, a, b, c), rtol=0, atol=1e-11)
-    assert len(R._dense) == len(set(zip(k.tolist(), c.tolist())))
+    assert len(R._dense) == len(set(zip(k.tolist(), c.tolist(), strict=True)))
     again = R.tail_binary(k[::-1], a[::-1], b[::-1], c[::-1])  # all hits, another order
     np.testing.assert_array_equal(again, first[::-1])
     filled = sum(int((~np.isnan(t)).sum()) for t in R._dense.values())
-    assert filled == len(set(zip(k.tolist(), a.tolist(), b.tolist(), c.tolist())))
+    assert filled == len(set(zip(k.tolist(), a.tolist(), b.tolist(), c.tolist(), strict=True)))
 
 
 def test_tail_binary_past_the_dense_size_uses_the_dict(monkeypatch):

@@ -45,3 +45,27 @@ def test_enqueue_waits_for_commit_and_drops_on_rollback(tmp_path: Path) -> None:
         assert runner.sent == [("replays.run", ("b",)), ("replays.chunk", ("b", 0))]
     finally:
         engine.dispose()
+
+
+def test_a_worker_process_has_the_replay_engine_loaded_before_its_first_job(tmp_path):
+    """``create_worker_app`` imports what the replay jobs import lazily (registered with
+    ``jobs.preload``), before the pool forks: the first chunk of each worker would otherwise
+    pay numpy's and scipy's imports. Checked in a fresh interpreter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    settings = f"Settings(database_url='sqlite:///{tmp_path / 'w.db'}', broker_url='redis://127.0.0.1:6379/15')"
+    wanted = ("service.engine.replay", "service.engine.pairs", "scipy.stats")
+    code = (
+        "import sys\n"
+        "from service.config import Settings\n"
+        "from workers.app import create_worker_app\n"
+        "before = 'service.engine.replay' in sys.modules\n"
+        f"create_worker_app({settings})\n"
+        f"print(before, all(m in sys.modules for m in {wanted!r}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
