@@ -396,10 +396,13 @@ def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: 
             n_plus, n_minus = np.rint((qsum + ssum) / 2), np.rint((qsum - ssum) / 2)
         kmax = int(ks.max()) + 1
         code = ((jj * kmax + n_plus) * kmax + n_minus).astype(np.int64)  # exact in float64
-        present = np.bincount(code.ravel(), minlength=n_j * kmax * kmax) > 0
-        uniq = np.flatnonzero(present)
-        lookup = np.cumsum(present) - 1
-        inv = lookup[code]
+        if 4 * code.size >= n_j * kmax * kmax:  # a large block: one pass over every possible code
+            present = np.bincount(code.ravel(), minlength=n_j * kmax * kmax) > 0
+            uniq = np.flatnonzero(present)
+            inv = (np.cumsum(present) - 1)[code]
+        else:  # few cases for the codes there could be (few orders, many tasks): sort them
+            uniq, inv = np.unique(code, return_inverse=True)
+            inv = inv.reshape(code.shape)
         uj, rest = np.divmod(uniq, kmax * kmax)
         un_plus, un_minus = np.divmod(rest, kmax)
         uk = ks[uj]

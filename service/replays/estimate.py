@@ -10,9 +10,9 @@ fixed rate predicts it. Two measurements, best first:
    replay's cases x tasks. Free, and it includes what the deployment really does (queueing,
    number of workers).
 2. **Sample** (no history yet): the replay's first chunk run with about 20 orders per pair
-   instead of its R, timed and scaled by R / 20 and by the number of chunks (``from_sample``),
-   for one worker. It costs about 20 / R of a chunk (4 % at 500 orders), paid only by the
-   first replay of its kind; it errs high rather than low.
+   instead of its R, twice, timed and scaled by R / 20 and by the number of chunks
+   (``from_sample``), for one worker. It costs about 2 x 20 / R of a chunk (8 % at 500
+   orders), paid only by the first replay of its kind; it errs high rather than low.
 
 Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
@@ -29,6 +29,10 @@ from sqlalchemy.orm import Session
 MIN_CASES_TO_MEASURE = 200_000
 SAMPLE_ORDERS = 20
 """Orders per pair of the timing sample (the replay's own orders / k, k an integer)."""
+ONE_TIME_GROWTH = 4.0
+"""How much more of what a process computes once (0/1 tails met for the first time) a whole
+replay needs than its timing sample: the 134 x 500 board met 161,000 distinct tails in all,
+about 5x its sample's."""
 HISTORY = 5
 """Recent succeeded replays of the same kind whose rate is used (median)."""
 
@@ -71,11 +75,15 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
 
     Most of a chunk's time grows with the number of orders (observation matrices, every
     case's decision), so the first chunk (its pairs, configurations and lattice) replayed at
-    ``orders / k`` takes about 1/k of its time: times k, times the number of chunks. A warm-up
-    pair first pays the one-time costs of a process (lazy imports, first allocations). What
-    does not grow with the orders (per configuration and pair) is multiplied by k too, so the
-    estimate errs high: 1.8-5x on four replays measured on the shared 2-core machine (the
-    12 x 300 demo, multi-trial synthetic and Terminal-Bench, the shipped tau2_airline). A
+    ``orders / k`` takes about 1/k of its time: times k, times the number of chunks. What a
+    process computes once and keeps (the 0/1 tails it meets for the first time) does not
+    grow that way: the sample is run twice, the second run's time is the one scaled, and the
+    difference is added ``ONE_TIME_GROWTH`` times at most. A warm-up pair first pays the
+    one-time costs of a process (lazy imports, first allocations). What does not grow with
+    the orders (per block and pair) is multiplied by k too, so the estimate errs high: 1.25-4x
+    on four replays measured on the shared 2-core machine (the 134 x 500 board, which one run
+    scaled whole had put at 57x; swebench_lite with two policies and thresholds;
+    terminal_bench_1_fractional; terminal_bench_core_0.1.1 with the anytime rule). A
     two-point fit (10 and 30 orders) was tried and dropped: its noise there gave 0.26-2.3x at
     twice the sampling cost."""
     from dataclasses import replace
@@ -88,8 +96,12 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     run_chunk(small, 0, 1)
     start = time.perf_counter()
     run_chunk(small, 0, m)
-    elapsed = time.perf_counter() - start
-    return elapsed * (plan.spec.orders / small.spec.orders) * plan.n_pairs / m
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    run_chunk(small, 0, m)  # the same pairs again: what a process computes once is kept
+    again = time.perf_counter() - start
+    scale = plan.spec.orders / small.spec.orders
+    return again * scale * plan.n_pairs / m + max(first - again, 0.0) * min(scale, ONE_TIME_GROWTH)
 
 
 def estimate(session: Session, plan: Any, chunk_pairs: int) -> tuple[int, str, float | None]:

@@ -1,0 +1,36 @@
+"""The submission estimate's sample (service/replays/estimate.py), on a fake clock: the second
+run of the sample is the rate that scales; what the first run paid more is counted a bounded
+number of times, not scaled by the orders and chunks."""
+
+from __future__ import annotations
+
+import pytest
+
+from service import examples
+from service.engine import replay as engine_replay
+from service.engine.records import load_records
+from service.engine.replay import plan_replay
+from service.engine.spec import make_spec
+from service.replays import estimate
+
+
+def test_from_sample_scales_the_second_run_and_counts_the_first_runs_extra_once(monkeypatch):
+    plan = plan_replay(load_records(str(examples.path())), make_spec(policies=["coverage_bootstrap"], orders=500))
+    clock = [0.0]
+    runs: list[tuple[int, int, int]] = []
+    took = iter([0.0, 10.0, 2.0])  # the warm-up pair, the first run, the second run
+
+    def fake_run_chunk(small, start, stop, progress=None):
+        runs.append((small.spec.orders, start, stop))
+        clock[0] += next(took)
+
+    monkeypatch.setattr(engine_replay, "run_chunk", fake_run_chunk)
+    monkeypatch.setattr(estimate.time, "perf_counter", lambda: clock[0])
+    m = min(plan.n_pairs, 40)
+    got = estimate.from_sample(plan, m)
+    assert runs == [(20, 0, 1), (20, 0, m), (20, 0, m)]  # 500 orders sampled at 20
+    scale = 500 / 20
+    want = 2.0 * scale * plan.n_pairs / m + (10.0 - 2.0) * min(scale, estimate.ONE_TIME_GROWTH)
+    assert got == pytest.approx(want)
+    # the old rule, the first run scaled whole, would have said 10 x 25 x pairs / m
+    assert got < 10.0 * scale * plan.n_pairs / m / 3
