@@ -25,4 +25,7 @@ class Dataset(Base):
     n_tasks: Mapped[int] = mapped_column(Integer)
     summary: Mapped[dict[str, Any]] = mapped_column(JSON)
     content: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
+    parsed: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True, default=None))
+    """The parsed records (``engine.records_blob``), read instead of parsing ``content`` again;
+    null for datasets stored before it (they are parsed)."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

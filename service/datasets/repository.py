@@ -18,6 +18,12 @@ def get(session: Session, dataset_id: uuid.UUID, *, with_content: bool = False) 
     return session.scalars(stmt).one_or_none()
 
 
+def get_parsed(session: Session, dataset_id: uuid.UUID) -> Dataset | None:
+    """The dataset with its parsed records loaded, not its content (read only if needed)."""
+    stmt = select(Dataset).where(Dataset.id == dataset_id).options(undefer(Dataset.parsed))
+    return session.scalars(stmt).one_or_none()
+
+
 def get_by_hash(session: Session, content_hash: str) -> Dataset | None:
     return session.scalars(select(Dataset).where(Dataset.content_hash == content_hash)).one_or_none()
 

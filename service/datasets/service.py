@@ -17,6 +17,7 @@ from service.datasets import repository
 from service.datasets.models import Dataset
 from service.engine.identity import records_digest
 from service.engine.records import RecordLimits, Records, RecordsError, RecordsTooLarge, parse_records
+from service.engine.records_blob import records_from_bytes, records_to_bytes
 from service.errors import NotFound, PayloadTooLarge, Unprocessable
 from service.lru import LRU
 from service.parsing import parse_upload
@@ -142,6 +143,7 @@ def create(
         n_tasks=records.n_tasks,
         summary=_json_safe(summarize(records)),
         content=content,
+        parsed=records_to_bytes(records),
     )
     try:
         with session.begin_nested():  # a concurrent identical upload may win the unique hash
@@ -234,10 +236,11 @@ def load_records(session: Session, dataset_id: uuid.UUID) -> Records:
     and datasets never change)."""
 
     def parse() -> Records:
-        dataset = repository.get(session, dataset_id, with_content=True)
+        dataset = repository.get_parsed(session, dataset_id)
         if dataset is None:
             raise NotFound(f"dataset {dataset_id} does not exist")
-        return parse_records(dataset.content, fmt=dataset.format)
+        records = records_from_bytes(dataset.parsed) if dataset.parsed is not None else None
+        return records if records is not None else parse_records(dataset.content, fmt=dataset.format)
 
     return _CACHE.get_or_load(dataset_id, parse)
 

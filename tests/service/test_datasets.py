@@ -259,3 +259,49 @@ def test_an_upload_with_12600_bad_rows_states_the_total(client: TestClient) -> N
     assert detail[-1] == {"row": None, "field": None, "message": (
         "12,600 problems on 12,600 data rows in all (rows count data records from 1, the CSV header not "
         "included); the first 20 are listed")}
+
+
+def _same_records(a, b) -> bool:
+    import numpy as np
+
+    arrays = ("y", "cost", "trials", "raw_system", "raw_task", "raw_trial", "raw_outcome")
+    return (a.systems, a.tasks, a.metadata) == (b.systems, b.tasks, b.metadata) and all(
+        getattr(a, f).dtype == getattr(b, f).dtype and np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True)
+        for f in arrays
+    )
+
+
+def test_a_process_meeting_a_stored_dataset_reads_its_parsed_records(client: TestClient, monkeypatch) -> None:
+    """Uploads store the parsed records beside the bytes: another process (its cache empty)
+    reads those instead of parsing the content again; a dataset stored before them (null), or
+    bytes of another layout version, is parsed from its content, to the same records."""
+    import uuid
+
+    from sqlalchemy import text
+
+    from service.datasets import service as datasets
+    from service.db import transaction
+    from service.engine import records_blob
+
+    content = synth_csv(seed=44, trials=2)
+    ds = upload(client, content)
+    want = parse_records(content)
+    factory = client.app.state.sessionmaker
+
+    def fresh_load(forbid_parse: bool):
+        datasets._CACHE.pop(uuid.UUID(ds["id"]))
+        if forbid_parse:
+            monkeypatch.setattr(datasets, "parse_records", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+        try:
+            with transaction(factory) as session:
+                return datasets.load_records(session, uuid.UUID(ds["id"]))
+        finally:
+            monkeypatch.setattr(datasets, "parse_records", parse_records)
+
+    assert _same_records(fresh_load(forbid_parse=True), want)  # from the stored arrays alone
+    monkeypatch.setattr(records_blob, "VERSION", records_blob.VERSION + 1)
+    assert _same_records(fresh_load(forbid_parse=False), want)  # another version: parsed
+    monkeypatch.setattr(records_blob, "VERSION", records_blob.VERSION - 1)
+    with transaction(factory) as session:
+        session.execute(text("UPDATE datasets SET parsed = NULL"))
+    assert _same_records(fresh_load(forbid_parse=False), want)  # stored before: parsed
