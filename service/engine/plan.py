@@ -238,17 +238,34 @@ class Plan:
 
     @cached_property
     def full_sums(self) -> np.ndarray:
-        """``Σ D`` over ``T`` per pair (lattice units)."""
-        return np.array([self.pair_values(p).sum() for p in range(self.n_pairs)], dtype=np.float64)
+        """``Σ D`` over ``T`` per pair (lattice units). On a lattice each outcome is an integer
+        number of units, so ``Σ (y_a - y_b) = Σ y_a - Σ y_b`` exactly: one sum per system and
+        task set instead of one ``pair_values`` per pair (a report of 17,822 pairs spent
+        0.1 s on them)."""
+        if self.lattice is None:
+            return np.array([self.pair_values(p).sum() for p in range(self.n_pairs)], dtype=np.float64)
+        out = np.empty(self.n_pairs, dtype=np.float64)
+        ends = np.asarray(self.pairs, dtype=np.intp).reshape(-1, 2)
+        for ts_id, ts in enumerate(self._tasksets):
+            members = np.flatnonzero(self.pair_ts == ts_id)
+            systems = np.unique(ends[members])
+            units = self._units(self.records.y[np.ix_(systems, ts.tasks)]).sum(axis=1)  # int64 per system
+            a, b = np.searchsorted(systems, ends[members, 0]), np.searchsorted(systems, ends[members, 1])
+            out[members] = units[a] - units[b]
+        return out
+
+    @cached_property
+    def pair_n(self) -> np.ndarray:
+        """Tasks in each pair's ``T`` (float64)."""
+        sizes = np.array([len(ts.tasks) for ts in self._tasksets], dtype=np.float64)
+        return sizes[self.pair_ts] if self.n_pairs else np.zeros(0)
 
     def positive(self, delta: float) -> np.ndarray:
         """Full-benchmark decision per pair: ``Δ_full > δ/100`` (SPEC §2), exact on a lattice."""
-        n = np.array([len(self.pair_tasks(p)) for p in range(self.n_pairs)], dtype=np.float64)
-        return R.above(self.full_sums, n, delta / 100.0, self.lattice)
+        return R.above(self.full_sums, self.pair_n, delta / 100.0, self.lattice)
 
     def delta_full(self) -> np.ndarray:
-        n = np.array([len(self.pair_tasks(p)) for p in range(self.n_pairs)], dtype=np.float64)
-        return self.full_sums / (n * (self.lattice or 1))
+        return self.full_sums / (self.pair_n * (self.lattice or 1))
 
     # ----------------------------------------------------------------- orders
 
