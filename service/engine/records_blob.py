@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 
 import numpy as np
 
@@ -30,12 +31,16 @@ def records_to_bytes(records: Records) -> bytes:
 
 
 def records_from_bytes(data: bytes) -> Records | None:
-    """The records, or ``None`` when the bytes are of another layout version."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        names = json.loads(z["names"].tobytes().decode())
-        if names.get("version") != VERSION:
-            return None
-        arrays = {name: z[name] for name in _ARRAYS}
+    """The records, or ``None`` when the bytes are of another layout version or unreadable
+    (the caller parses the content instead: a damaged blob costs time, not the dataset)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            names = json.loads(z["names"].tobytes().decode())
+            if not isinstance(names, dict) or names.get("version") != VERSION:
+                return None
+            arrays = {name: z[name] for name in _ARRAYS}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
+        return None
     return Records(
         systems=tuple(names["systems"]),
         tasks=tuple(names["tasks"]),

@@ -273,8 +273,9 @@ def _same_records(a, b) -> bool:
 
 def test_a_process_meeting_a_stored_dataset_reads_its_parsed_records(client: TestClient, monkeypatch) -> None:
     """Uploads store the parsed records beside the bytes: another process (its cache empty)
-    reads those instead of parsing the content again; a dataset stored before them (null), or
-    bytes of another layout version, is parsed from its content, to the same records."""
+    reads those instead of parsing the content again; a dataset stored before them (null),
+    bytes of another layout version or damaged bytes are parsed from the content, to the same
+    records."""
     import uuid
 
     from sqlalchemy import text
@@ -302,6 +303,10 @@ def test_a_process_meeting_a_stored_dataset_reads_its_parsed_records(client: Tes
     monkeypatch.setattr(records_blob, "VERSION", records_blob.VERSION + 1)
     assert _same_records(fresh_load(forbid_parse=False), want)  # another version: parsed
     monkeypatch.setattr(records_blob, "VERSION", records_blob.VERSION - 1)
+    for damaged in (b"not an npz", b"PK\x03\x04" + b"\x00" * 40):
+        with transaction(factory) as session:
+            session.execute(text("UPDATE datasets SET parsed = :b"), {"b": damaged})
+        assert _same_records(fresh_load(forbid_parse=False), want)  # unreadable: parsed
     with transaction(factory) as session:
         session.execute(text("UPDATE datasets SET parsed = NULL"))
     assert _same_records(fresh_load(forbid_parse=False), want)  # stored before: parsed
