@@ -96,8 +96,8 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
             # for a block with under a quarter as many cases as codes, np.unique's sort of them
             kmax = max((int(ts.ks.max()) for ts in plan._tasksets), default=n) + 1
             codes = n_j * kmax * kmax
-            block_cases_ = per_block * reps * n_j
-            blocks += (1 + 8 + 8) * codes if 4 * block_cases_ >= codes else 4 * 8 * block_cases_
+            cases_per_block = per_block * reps * n_j
+            blocks += (1 + 8 + 8) * codes if 4 * cases_per_block >= codes else 4 * 8 * cases_per_block
         else:
             # off {-1, 0, 1}: a histogram of the 2L + 1 values per case, float64 sums stacked,
             # int32 rows and np.unique's sorted copies of them

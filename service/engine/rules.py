@@ -227,12 +227,12 @@ def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
     if dense.any():
         idx = np.flatnonzero(dense)
         key = (k[idx] << 32) + (c[idx] + (1 << 31))  # one integer per (k, c): |c| <= k < 2**31
-        pairs, which = np.unique(key, return_inverse=True)
-        by_pair = np.argsort(which, kind="stable")
-        edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(pairs)))]
-        for code, lo, hi in zip(pairs.tolist(), edges[:-1], edges[1:], strict=True):
+        kc, which = np.unique(key, return_inverse=True)
+        by_kc = np.argsort(which, kind="stable")
+        edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(kc)))]
+        for code, lo, hi in zip(kc.tolist(), edges[:-1], edges[1:], strict=True):
             kk, cc = code >> 32, (code & 0xFFFFFFFF) - (1 << 31)
-            rows = idx[by_pair[lo:hi]]
+            rows = idx[by_kc[lo:hi]]
             table = _dense_table(kk, cc)
             got = table[n_plus[rows], n_minus[rows]]
             miss = np.flatnonzero(np.isnan(got))
@@ -245,14 +245,15 @@ def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
     if len(rest):
         keys = list(zip(k[rest].tolist(), n_plus[rest].tolist(), n_minus[rest].tolist(), c[rest].tolist(),
                         strict=True))
-        missing = [i for i, key in enumerate(keys) if key not in _TAIL_MEMO]
+        found = [_TAIL_MEMO.get(key) for key in keys]  # read once: another thread may clear it
+        missing = [i for i, v in enumerate(found) if v is None]
         if missing:
             r = rest[np.array(missing)]
             if len(_TAIL_MEMO) > 4_000_000:
                 _TAIL_MEMO.clear()
             for i, v in zip(missing, _tails_now(k[r], n_plus[r], n_minus[r], c[r]).tolist(), strict=True):
-                _TAIL_MEMO[keys[i]] = v
-        out[rest] = [_TAIL_MEMO[key] for key in keys]
+                found[i] = _TAIL_MEMO[keys[i]] = v
+        out[rest] = found
     return out
 
 

@@ -11,8 +11,9 @@ fixed rate predicts it. Two measurements, best first:
    number of workers).
 2. **Sample** (no history yet): the replay's first chunk run with about 20 orders per pair
    instead of its R, twice, timed and scaled by R / 20 and by the number of chunks
-   (``from_sample``), for one worker. It costs about 2 x 20 / R of a chunk (8 % at 500
-   orders), paid only by the first replay of its kind; it errs high rather than low.
+   (``from_sample``), for one worker. It costs at most 2 x 20 / R of a chunk (8 % at 500
+   orders; the second run finds the first one's tails), paid only by the first replay of its
+   kind; it errs high rather than low.
 
 Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
