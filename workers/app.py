@@ -25,6 +25,7 @@ from sqlalchemy.pool import NullPool
 from service.config import Settings
 from service.db import engine_for, make_sessionmaker
 from service.engine.blas import one_blas_thread
+from service.engine.malloc import keep_freed_memory
 from service.jobs import (
     TASKS,
     CeleryRunner,
@@ -68,7 +69,8 @@ def create_worker_app(settings: Settings) -> Celery:
     load_tasks()
     import_preloaded()  # before the pool forks: no job pays the engine's imports
     one_blas_thread()  # several worker processes share the cores (see service/engine/blas.py)
-    worker_process_init.connect(lambda **_: one_blas_thread(), weak=False)  # a pool started by spawn
+    keep_freed_memory()  # workers exist to replay (see service/engine/malloc.py); forks inherit it
+    worker_process_init.connect(lambda **_: (one_blas_thread(), keep_freed_memory()), weak=False)  # spawn
     app = make_celery(settings)
     state = _ProcessState(settings)
 

@@ -12,6 +12,7 @@ import time
 
 from service.engine.classes import parse_edges
 from service.engine.errors import FieldError
+from service.engine.malloc import keep_freed_memory
 from service.engine.records import RecordsError, load_records
 from service.engine.replay import plan_replay, run_replay, total_cases
 from service.engine.report import report_csv, report_json, summary_table
@@ -148,6 +149,7 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    keep_freed_memory()  # this process exists to replay (see service/engine/malloc.py)
     try:
         records = load_records(args.records)
     except FileNotFoundError:

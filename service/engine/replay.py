@@ -12,6 +12,7 @@ import numpy as np
 
 from service.engine.blas import one_blas_thread
 from service.engine.chunk import ChunkResult, Progress, run_chunk
+from service.engine.malloc import keep_freed_memory
 from service.engine.metrics import build_report, sufficiency_table
 from service.engine.plan import Plan, plan_replay
 from service.engine.records import Records
@@ -22,6 +23,13 @@ def _chunk_bounds(n_pairs: int, n_chunks: int) -> list[tuple[int, int]]:
     n_chunks = max(1, min(n_chunks, n_pairs))
     edges = np.linspace(0, n_pairs, n_chunks + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a] or [(0, 0)]
+
+
+def _pool_process() -> None:
+    """A ``--jobs`` process: one BLAS thread (they share the cores) and freed memory kept
+    (spawned processes do not inherit the parent's malloc settings)."""
+    one_blas_thread()
+    keep_freed_memory()
 
 
 def _worker(args: tuple) -> bytes:
@@ -49,7 +57,7 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
 
         ctx = mp.get_context("spawn" if mp.get_start_method(allow_none=True) == "spawn" else "fork")
         results = []
-        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=one_blas_thread) as pool:
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_pool_process) as pool:
             futs = {pool.submit(_worker, (records, spec, a, b)): (a, b) for a, b in bounds}
             for fut in cf.as_completed(futs):
                 a, b = futs[fut]
