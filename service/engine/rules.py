@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import special, stats
@@ -182,22 +183,23 @@ _DENSE_MAX_K = 1447
 """Largest ``k`` whose tails are kept in a dense ``[k+1, k+1]`` table (2**21 entries, 16 MB)."""
 _DENSE_BYTES = 192 << 20
 """Memory of the dense tables a process keeps; the least recently used go first."""
-_dense: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+_dense: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _dense_lock = threading.Lock()
-_TAIL_MEMO: dict[tuple[int, int, int, int], float] = {}
-"""Tails for ``k`` past ``_DENSE_MAX_K``, by key."""
+_TAIL_MEMO: dict[tuple, float] = {}
+"""Memoized values for ``k`` past ``_DENSE_MAX_K``, by ``(k, n+, n-, c, *tag)``."""
 
 
-def _dense_table(k: int, c: int) -> np.ndarray:
-    """The tails of every ``(n+, n-)`` at ``(k, c)`` met so far (NaN: not yet), shared by the
-    threads of a process (a tail written twice is the same number)."""
+def _dense_table(key: tuple) -> np.ndarray:
+    """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far (NaN: not yet),
+    shared by the threads of a process (a value written twice is the same number)."""
     with _dense_lock:
-        table = _dense.get((k, c))
+        table = _dense.get(key)
         if table is not None:
-            _dense.move_to_end((k, c))
+            _dense.move_to_end(key)
             return table
+        k = key[0]
         table = np.full((k + 1, k + 1), np.nan)
-        _dense[(k, c)] = table
+        _dense[key] = table
         total = sum(t.nbytes for t in _dense.values())
         while total > _DENSE_BYTES and len(_dense) > 1:
             total -= _dense.popitem(last=False)[1].nbytes
@@ -214,11 +216,11 @@ def _tails_now(k: np.ndarray, n_plus: np.ndarray, n_minus: np.ndarray, c: np.nda
     return vals
 
 
-def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
-    """``P(X - Y <= c)`` as ``tail_trinomial``, through the FFT convolution (about 3× faster)
-    and a per-process memo: chunks of one replay meet the same samples again.
+def _memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_minus, c) -> np.ndarray:
+    """``compute(k, n+, n-, c)`` per 0/1 sample through a per-process memo: chunks of one
+    replay meet the same samples again.
 
-    The memo is a dense table of tails per ``(k, c)`` indexed by ``(n+, n-)``, so a block's
+    The memo is a dense table per ``(k, c, *tag)`` indexed by ``(n+, n-)``, so a block's
     thousands of samples are looked up and stored with array indexing; keys of a ``k`` too
     large for a table go through a dict."""
     k, n_plus, n_minus, c = (np.asarray(x, dtype=np.int64).ravel() for x in (k, n_plus, n_minus, c))
@@ -233,28 +235,49 @@ def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
         for code, lo, hi in zip(kc.tolist(), edges[:-1], edges[1:], strict=True):
             kk, cc = code >> 32, (code & 0xFFFFFFFF) - (1 << 31)
             rows = idx[by_kc[lo:hi]]
-            table = _dense_table(kk, cc)
+            table = _dense_table((kk, cc, *tag))
             got = table[n_plus[rows], n_minus[rows]]
             miss = np.flatnonzero(np.isnan(got))
             if len(miss):
                 r = rows[miss]
-                got[miss] = _tails_now(k[r], n_plus[r], n_minus[r], c[r])
+                got[miss] = compute(k[r], n_plus[r], n_minus[r], c[r])
                 table[n_plus[r], n_minus[r]] = got[miss]
             out[rows] = got
     rest = np.flatnonzero(~dense)
     if len(rest):
         keys = list(zip(k[rest].tolist(), n_plus[rest].tolist(), n_minus[rest].tolist(), c[rest].tolist(),
                         strict=True))
+        if tag:
+            keys = [(*key, *tag) for key in keys]
         found = [_TAIL_MEMO.get(key) for key in keys]  # read once: another thread may clear it
         missing = [i for i, v in enumerate(found) if v is None]
         if missing:
             r = rest[np.array(missing)]
             if len(_TAIL_MEMO) > 4_000_000:
                 _TAIL_MEMO.clear()
-            for i, v in zip(missing, _tails_now(k[r], n_plus[r], n_minus[r], c[r]).tolist(), strict=True):
+            for i, v in zip(missing, compute(k[r], n_plus[r], n_minus[r], c[r]).tolist(), strict=True):
                 found[i] = _TAIL_MEMO[keys[i]] = v
         out[rest] = found
     return out
+
+
+def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
+    """``P(X - Y <= c)`` as ``tail_trinomial``, through the FFT convolution (about 3× faster)
+    and a per-process memo (``_memo_binary``)."""
+    return _memo_binary((), _tails_now, k, n_plus, n_minus, c)
+
+
+def conclude_binary(k, n_plus, n_minus, c, a, resamples: int) -> np.ndarray:
+    """``bootstrap_conclude_prob`` of 0/1 samples (``m > θ`` iff ``n+ - n- > c``), memoized
+    as their tails are: a replay's blocks ask for the same tens of thousands of them again,
+    and the binomial is as costly as looking the tail up."""
+    big_b = int(resamples)
+    c_max = math.floor(a * big_b + 1e-9)  # all that the rule takes of a
+
+    def compute(k, n_plus, n_minus, c):
+        return bootstrap_conclude_prob(tail_binary(k, n_plus, n_minus, c), n_plus - n_minus > c, a, big_b)
+
+    return _memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
 
 
 def _int_power(z: np.ndarray, n: int) -> np.ndarray:
@@ -295,7 +318,9 @@ def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndar
     """Exact ``P(Σ_{i<=k} V_i <= c)`` for ``k = Σ hist`` iid draws from the empirical
     distribution ``hist/k`` over integer ``values`` (sorted ascending), per row.
 
-    The k-fold convolution is taken with an FFT of the shifted support, rows grouped by ``k``.
+    The k-th power of the shifted support's discrete Fourier transform (the sum's law, with
+    no aliasing: the transform is longer than the sum's support) is summed up to ``c``
+    against the transform of a run of ones (``_cdf_weights``), rows grouped by ``k``.
     """
     hist = np.asarray(hist, dtype=np.float64)
     values = np.asarray(values, dtype=np.int64)
@@ -304,30 +329,49 @@ def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndar
     vmin = int(values.min())
     span = int(values.max()) - vmin
     out = lattice_screen(hist, values, c)
+    idx = c - vmin * k  # the sum of k draws, shifted to start at 0
+    sure = np.isnan(out) & ((idx < 0) | (idx >= span * k))
+    out[sure] = np.where(idx[sure] < 0, 0.0, 1.0)
     for kk in np.unique(k):
         rows = np.flatnonzero((k == kk) & np.isnan(out))
         if not len(rows):
             continue
-        if kk == 0:
-            out[rows] = 1.0
-            continue
-        size = int(span * kk + 1)
-        nfft = 1 << max(1, (size - 1).bit_length())
+        nfft = 1 << max(1, int(span * kk).bit_length())  # > span·k: the sum's support fits
         # rows a block at a time, so that the spectra being raised to the k-th power stay in
-        # cache (every row is transformed on its own: the blocks do not change its numbers)
+        # cache (every row is computed on its own: the blocks do not change its numbers)
         per = max(1, _FFT_BLOCK // nfft)
         for i in range(0, len(rows), per):
             r = rows[i : i + per]
             pmf = np.zeros((len(r), span + 1))
             pmf[:, values - vmin] = hist[r] / kk
             f = _int_power(np.fft.rfft(pmf, nfft, axis=1), int(kk))
-            dist = np.fft.irfft(f, nfft, axis=1)[:, :size]
-            cdf = np.cumsum(np.clip(dist, 0.0, None), axis=1)
-            cdf /= cdf[:, -1:]
-            idx = c[r] - vmin * kk  # shift: sum of k draws starts at vmin·k
-            val = np.where(idx < 0, 0.0, cdf[np.arange(len(r)), np.clip(idx, 0, size - 1)])
-            out[r] = np.where(idx >= size - 1, 1.0, val)
+            spec = np.ascontiguousarray(f).view(np.float64)  # [re, im] pairs per frequency
+            for m in np.unique(idx[r]).tolist():
+                at = np.flatnonzero(idx[r] == m)
+                total = spec[at, 0]  # the spectrum at 0: the law's total mass
+                out[r[at]] = (spec[at] * _cdf_weights(m, nfft)).sum(axis=1) / total
     return np.clip(out, 0.0, 1.0)
+
+
+@lru_cache(maxsize=256)
+def _cdf_weights(m: int, nfft: int) -> np.ndarray:
+    """Weights ``w`` on an ``rfft`` spectrum ``F`` (as [re, im] pairs) with ``Σ F·w`` equal to
+    ``Σ_{s<=m}`` of its inverse: ``(1/N)(F_0 (m+1) + 2 Re Σ_j F_j S_j + F_{N/2} T)`` with
+    ``S_j = Σ_{s<=m} e^{2πi js/N} = e^{iθm/2} sin(θ(m+1)/2) / sin(θ/2)`` (``θ = 2πj/N``) and
+    ``T = Σ_{s<=m} (-1)^s``. One pass over the spectrum instead of an inverse transform and
+    a running sum of it."""
+    j = np.arange(1, nfft // 2)
+    theta = 2 * np.pi * j / nfft
+    s = np.exp(0.5j * theta * m) * (np.sin(theta * (m + 1) / 2) / np.sin(theta / 2))
+    g = np.empty(nfft // 2 + 1, dtype=np.complex128)
+    g[0] = m + 1
+    g[1:-1] = 2 * s
+    g[-1] = 1.0 if m % 2 == 0 else 0.0
+    g /= nfft
+    w = np.empty(2 * len(g))
+    w[0::2], w[1::2] = g.real, -g.imag  # Re(F·g) = F.re·g.re - F.im·g.im
+    w.setflags(write=False)
+    return w
 
 
 _FFT_BLOCK = 1 << 15
@@ -340,8 +384,9 @@ def bootstrap_conclude_prob(p_low, pos, a, resamples: int):
     the count of ``m* > θ`` ``<= floor(a·B)`` (when ``m <= θ``)."""
     big_b = int(resamples)
     c = math.floor(a * big_b + 1e-9)
-    p_low = np.asarray(p_low, dtype=np.float64)
-    return np.where(pos, stats.binom.cdf(c, big_b, p_low), stats.binom.sf(big_b - c - 1, big_b, p_low))
+    # a replay's tails are mostly 0 or 1 and repeat: the binomial once per distinct value
+    vals, inv = np.unique(np.asarray(p_low, dtype=np.float64), return_inverse=True)
+    return np.where(pos, stats.binom.cdf(c, big_b, vals)[inv], stats.binom.sf(big_b - c - 1, big_b, vals)[inv])
 
 
 def bootstrap_from_tail(p_low, pos, a, resamples, u=None):

@@ -37,3 +37,34 @@ def test_packed_binary_counts_equal_separate_sums():
     n_plus = packed - C._PACK * n_minus
     np.testing.assert_array_equal(n_plus, summer((d > 0).astype(np.float32)))
     np.testing.assert_array_equal(n_minus, summer((d < 0).astype(np.float32)))
+
+
+def test_a_shared_order_s_summer_is_kept_with_its_plan_across_chunks(monkeypatch):
+    """Chunk after chunk of one plan reuses the observation matrix of the same order; another
+    order (or plan) gets its own, and only the last few are kept."""
+    import weakref
+
+    monkeypatch.setattr(C, "_SUMMERS", weakref.WeakKeyDictionary())
+
+    class FakePlan:  # any object that can be weakly referenced stands for a plan here
+        pass
+
+    rng = np.random.default_rng(2)
+    ks = np.array([2, 5])
+    plan, other = FakePlan(), FakePlan()
+    orders = [_order(rng, 4, 8) for _ in range(C._SUMMERS_KEPT + 1)]
+    first = C._shared_summer(plan, orders[0], ks)
+    assert C._shared_summer(plan, orders[0], ks) is first
+    assert C._shared_summer(plan, orders[0].copy(), ks) is not first  # an equal array is not the order
+    assert C._shared_summer(other, orders[0], ks) is not first
+    for o in orders[1:]:
+        C._shared_summer(plan, o, ks)
+    assert len(C._SUMMERS[plan]) == C._SUMMERS_KEPT
+    assert C._shared_summer(plan, orders[0], ks) is not first  # the oldest went first
+    x = rng.random((3, 8))
+    np.testing.assert_array_equal(C._shared_summer(plan, orders[-1], ks)(x), C._MatrixSummer(orders[-1], ks)(x))
+    del plan
+    import gc
+
+    gc.collect()
+    assert len(C._SUMMERS) == 1  # a plan's summers go with it

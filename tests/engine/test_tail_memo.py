@@ -73,3 +73,44 @@ def test_tail_lattice_gives_the_same_bits_however_rows_are_blocked(monkeypatch, 
     monkeypatch.setattr(R, "_FFT_BLOCK", block)
     np.testing.assert_array_equal(R.tail_lattice(hist, values, c), base)
     np.testing.assert_array_equal(R.tail_lattice(hist[::-1], values, c[::-1]), base[::-1])
+
+
+@pytest.mark.parametrize("nfft", [4, 64, 1024])
+def test_cdf_weights_sum_a_spectrum_as_its_inverse_transform_then_a_running_sum(nfft):
+    """``tail_lattice`` reads ``P(S <= m)`` off the spectrum with ``_cdf_weights``; here against
+    ``irfft`` and ``cumsum`` (what it replaced), for every ``m``, odd and even, on a random
+    real signal (its spectrum has a non-zero Nyquist term)."""
+    x = np.random.default_rng(5).normal(size=nfft)
+    f = np.fft.rfft(x)
+    spec = np.ascontiguousarray(f).view(np.float64)
+    want = np.cumsum(np.fft.irfft(f, nfft))
+    got = np.array([spec @ R._cdf_weights(m, nfft) for m in range(nfft)])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * nfft)
+    np.testing.assert_allclose(got, np.cumsum(x), rtol=0, atol=1e-12 * nfft)
+
+
+def test_conclude_binary_is_the_finite_b_probability_of_the_exact_tail_memoized():
+    """``P(B resamples conclude)`` per 0/1 sample: the binomial of its exact tail (the closed
+    form ``tail_trinomial``) with ``m > θ`` iff ``n+ - n- > c``; the same numbers again from
+    the memo, in another order, and through the dict past the dense size."""
+    rng = np.random.default_rng(6)
+    k, a, b, c = _keys(rng, [12, 90, 250], 800)
+    for big_b, level in ((200, 0.05), (20, 0.1)):
+        want = R.bootstrap_conclude_prob(R.tail_trinomial(k, a, b, c), a - b > c, level, big_b)
+        got = R.conclude_binary(k, a, b, c, level, big_b)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+        assert ((got > 0) & (got < 1)).sum() > 50  # not only sure cases
+        np.testing.assert_array_equal(R.conclude_binary(k[::-1], a[::-1], b[::-1], c[::-1], level, big_b),
+                                      got[::-1])
+    assert {key[2:] for key in R._dense if len(key) > 2} == {("conclude", 200, 10), ("conclude", 20, 2)}
+
+
+def test_conclude_binary_past_the_dense_size(monkeypatch):
+    monkeypatch.setattr(R, "_DENSE_MAX_K", 50)
+    rng = np.random.default_rng(7)
+    k, a, b, c = _keys(rng, [30, 120], 300)
+    want = R.bootstrap_conclude_prob(R.tail_trinomial(k, a, b, c), a - b > c, 0.05, 200)
+    got = R.conclude_binary(k, a, b, c, 0.05, 200)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert any(len(key) == 7 for key in R._TAIL_MEMO)  # (k, n+, n-, c, "conclude", B, c_max)
+    np.testing.assert_array_equal(R.conclude_binary(k, a, b, c, 0.05, 200), got)
