@@ -26,3 +26,24 @@ def test_full_sums_equal_the_sum_of_each_pairs_differences():
     want = np.array([plan.pair_values(p).sum() for p in range(plan.n_pairs)], dtype=np.float64)
     np.testing.assert_array_equal(plan.full_sums, want)
     np.testing.assert_array_equal(plan.pair_n, [len(plan.pair_tasks(p)) for p in range(plan.n_pairs)])
+
+
+def test_each_pair_gets_the_task_set_of_the_tasks_both_its_systems_observed():
+    """Task sets are built once per pair of observed-task patterns: systems 0-2 share a
+    pattern (all tasks), 3 and 4 share another, 5 and 6 have their own, 7 has no task in
+    common with 6. Every pair's set must still be exactly its own intersection, the same
+    set must be one id, and a pair with nothing in common must be dropped."""
+    rng = np.random.default_rng(4)
+    missing = {3: {1, 2}, 4: {1, 2}, 5: {7}, 6: set(range(0, 30)), 7: set(range(30, 40))}
+    rows = [{"system": f"s{s}", "task_id": f"t{t}", "outcome": float(rng.random() < 0.5)}
+            for s in range(8) for t in range(40) if t not in missing.get(s, set())]
+    plan = plan_replay(from_rows(rows), make_spec(policies=["coverage_bootstrap"], deltas=[0], min_task_coverage=0))
+    obs = plan.records.observed
+    assert plan.empty_pairs == 2  # (6, 7) both ways
+    assert all({a, b} != {6, 7} for a, b in plan.pairs)
+    for p, (a, b) in enumerate(plan.pairs):
+        np.testing.assert_array_equal(plan.pair_tasks(p), np.flatnonzero(obs[a] & obs[b]))
+    keys = [plan.pair_tasks(p).tobytes() for p in range(plan.n_pairs)]
+    assert len(plan._tasksets) == len(set(keys))
+    assert all((plan.pair_ts[p] == plan.pair_ts[q]) == (keys[p] == keys[q])
+               for p in range(plan.n_pairs) for q in range(plan.n_pairs))
