@@ -33,6 +33,7 @@ from service.engine.betting import betting_paths
 from service.engine.blas import blas_single_thread
 from service.engine.coverage import budget_k, required
 from service.engine.lattice_decisions import bootstrap_decisions
+from service.engine.npz import savez_fast
 from service.engine.plan import STREAM, Config, Plan, config_groups
 from service.engine.spec import ANYTIME_RULES, SpecError
 
@@ -80,9 +81,7 @@ class ChunkResult:
     FIELDS = ("accept", "reject", "defer", "coverage_fail", "cost_sum", "used_sum")
 
     def to_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        np.savez_compressed(buf, start=self.start, stop=self.stop, **{f: getattr(self, f) for f in self.FIELDS})
-        return buf.getvalue()
+        return savez_fast(start=self.start, stop=self.stop, **{f: getattr(self, f) for f in self.FIELDS})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ChunkResult:

@@ -92,12 +92,13 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
         if not plan.fft_bootstrap:
             blocks += LITERAL_BOOTSTRAP_BYTES
         elif plan.lattice == 1:
-            # binary differences: a bincount over every (budget, n+, n-) code and its cumsum, or
-            # for a block with under a quarter as many cases as codes, np.unique's sort of them
+            # binary differences: a bool per possible (budget, n+, n-) code and an int32 rank of
+            # those present, or for a block with under a quarter as many cases as codes,
+            # np.unique's sort of them
             kmax = max((int(ts.ks.max()) for ts in plan._tasksets), default=n) + 1
             codes = n_j * kmax * kmax
             cases_per_block = per_block * reps * n_j
-            blocks += (1 + 8 + 8) * codes if 4 * cases_per_block >= codes else 4 * 8 * cases_per_block
+            blocks += (1 + 4) * codes if 4 * cases_per_block >= codes else 4 * 8 * cases_per_block
         else:
             # off {-1, 0, 1}: a histogram of the 2L + 1 values per case, float64 sums stacked,
             # int32 rows and np.unique's sorted copies of them

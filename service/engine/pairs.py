@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.engine.npz import savez_fast
 from service.engine.numbers import clean as _clean
 
 PAIR_SORTS = ("pair", "abs_delta", "delta", "defer", "a", "b")
@@ -106,10 +107,8 @@ class PairTable:
         return idx[order[::-1] if descending else order]
 
     def to_bytes(self) -> bytes:
-        buf = io.BytesIO()
         names = np.array(self.systems, dtype=np.str_) if self.systems else np.zeros(0, dtype="<U1")
-        np.savez_compressed(buf, systems=names, total=self.total, **{f: getattr(self, f) for f in self.ARRAYS})
-        return buf.getvalue()
+        return savez_fast(systems=names, total=self.total, **{f: getattr(self, f) for f in self.ARRAYS})
 
     @classmethod
     def from_rows(cls, systems: list[str], rows: list[dict], total: int, n_budgets: int) -> PairTable:
