@@ -121,6 +121,22 @@ def check_replay_plan(plan: Plan, settings: Settings) -> None:
         )
 
 
+LARGEST_CHUNK_FACTOR = 4
+"""Chunks of a big replay start at up to this many times ``chunk_pairs`` (``chunk_bounds``)."""
+
+
+def largest_chunk(plan: Plan, settings: Settings) -> int:
+    """The most pairs a chunk of ``plan`` may take: ``LARGEST_CHUNK_FACTOR`` x ``chunk_pairs``,
+    or fewer where that chunk's memory would pass the limit (the anytime rule's and the
+    tallies' arrays grow with a chunk's pairs)."""
+    from service.engine.footprint import chunk_footprint
+
+    for factor in range(LARGEST_CHUNK_FACTOR, 1, -1):
+        if chunk_footprint(plan, factor * settings.chunk_pairs).total <= settings.max_replay_memory_bytes:
+            return factor * settings.chunk_pairs
+    return settings.chunk_pairs
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.0f}"
 

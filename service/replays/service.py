@@ -29,9 +29,24 @@ def spec_error_detail(exc: SpecError) -> list[dict[str, Any]]:
     return [{"field": exc.field, "message": exc.message}]
 
 
-def chunk_bounds(n_pairs: int, chunk_pairs: int) -> list[tuple[int, int]]:
-    """Split pairs ``[0, n_pairs)`` into contiguous chunks of at most ``chunk_pairs``."""
-    return [(a, min(a + chunk_pairs, n_pairs)) for a in range(0, n_pairs, chunk_pairs)]
+GUIDED_PARTS = 16
+"""A chunk takes at most this fraction of the pairs left to cut (and at least ``chunk_pairs``)."""
+
+
+def chunk_bounds(n_pairs: int, chunk_pairs: int, max_pairs: int | None = None) -> list[tuple[int, int]]:
+    """Split pairs ``[0, n_pairs)`` into contiguous chunks, large first and ``chunk_pairs``
+    last: each takes 1/``GUIDED_PARTS`` of the pairs still to be cut, between ``chunk_pairs``
+    and ``max_pairs`` (default ``chunk_pairs``: all equal). Every chunk is a job with its own
+    claim, store and commit (about 11 ms on Postgres), so a big replay in few large chunks
+    spends less on them, and small chunks at the end let the workers finish together. The
+    report does not depend on the chunks."""
+    top = max(chunk_pairs, max_pairs or chunk_pairs)
+    out, a = [], 0
+    while a < n_pairs:
+        size = min(top, max(chunk_pairs, (n_pairs - a) // GUIDED_PARTS))
+        out.append((a, min(a + size, n_pairs)))
+        a += size
+    return out
 
 
 def options_of(body: ReplayCreate, max_budgets: int | None = None) -> dict[str, Any]:
@@ -91,7 +106,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
         raise Unprocessable(spec_error_detail(exc)) from None
     limits.check_replay_plan(plan, settings)  # cases and a chunk's memory, before any case runs
     n_cases, kind, estimated = estimate.estimate(session, plan, settings.chunk_pairs)
-    bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs)
+    bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs, limits.largest_chunk(plan, settings))
     replay = Replay(
         id=uuid.uuid4(),
         dataset_id=body.dataset_id,

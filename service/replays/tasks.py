@@ -145,9 +145,16 @@ def run_chunk(ctx: TaskContext, replay_id: str, index: int) -> None:
             raise
         _fail(ctx, rid, exc)
         return
+    blob = result.to_bytes()
     with transaction(ctx.sessionmaker) as session:
-        repository.store_chunk_result(session, rid, index, result.to_bytes())
-    finalize(ctx, rid)
+        # the row lock orders this store and count after the other workers' (one commit per
+        # chunk: the last chunk to land is the one that sees every other stored)
+        replay = repository.get(session, rid, lock=True)
+        repository.store_chunk_result(session, rid, index, blob)
+        last = replay is not None and replay.status == RUNNING
+        last = last and repository.count_done(session, rid) >= replay.n_chunks
+    if last:
+        finalize(ctx, rid)
 
 
 def finalize(ctx: TaskContext, rid: uuid.UUID) -> None:
