@@ -32,9 +32,10 @@ def test_packed_binary_counts_equal_separate_sums():
     summer = C._MatrixSummer(_order(rng, reps, n), ks)
     d = rng.choice([-1.0, 0.0, 1.0], size=(4, n))
     d[0] = -1.0  # every task lost: the largest packed sum
-    packed = summer(np.where(d > 0, 1.0, np.where(d < 0, float(C._PACK), 0.0)).astype(np.float32))
-    n_minus = np.floor(packed * (1.0 / C._PACK))
-    n_plus = packed - C._PACK * n_minus
+    packed = summer.sum32(np.where(d > 0, 1.0, np.where(d < 0, float(C._PACK), 0.0)).astype(np.float32))
+    assert packed.dtype == np.float32  # as _replay_order splits it: in float32, exactly
+    n_minus = np.floor(packed * np.float32(1.0 / C._PACK))
+    n_plus = packed - np.float32(C._PACK) * n_minus
     np.testing.assert_array_equal(n_plus, summer((d > 0).astype(np.float32)))
     np.testing.assert_array_equal(n_minus, summer((d < 0).astype(np.float32)))
 
@@ -68,3 +69,9 @@ def test_a_shared_order_s_summer_is_kept_with_its_plan_across_chunks(monkeypatch
 
     gc.collect()
     assert len(C._SUMMERS) == 1  # a plan's summers go with it
+
+
+def test_counts_over_the_orders_equal_numpy_sums():
+    hit = np.random.default_rng(3).random((5, 300, 4)) < 0.4
+    np.testing.assert_array_equal(C._count(hit), hit.sum(axis=1))
+    assert C._count(np.ones((1, 70_000, 1), dtype=bool))[0, 0] == 70_000  # past uint8 and int16
