@@ -457,25 +457,28 @@ def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: 
     vals = np.unique(values)
     if set(vals.tolist()) <= {-1, 0, 1}:
         n_plus, n_minus = binary if binary is not None else (np.rint((qsum + ssum) / 2), np.rint((qsum - ssum) / 2))
-        kmax = int(ks.max()) + 1
-        # code = (j·kmax + n+)·kmax + n-, in integers (the counts are exact integers)
-        itype = np.int32 if n_j * kmax * kmax < 2**31 else np.int64
+        # code = start_j + n+·(k_j + 1) + n-: budget j's (n+, n-) in a square of side k_j + 1,
+        # the squares one after another (increasing in (j, n+, n-), as the sort below is)
+        side = ks.astype(np.int64) + 1
+        start = np.concatenate([[0], np.cumsum(side * side)])
+        n_codes = int(start[-1])
+        itype = np.int32 if n_codes < 2**31 else np.int64
         code = n_plus.astype(itype)
-        code *= kmax
+        code *= side.astype(itype)[None, None, :]
         code += n_minus.astype(itype)
-        code += (np.arange(n_j, dtype=itype) * (kmax * kmax))[None, None, :]
-        if 4 * code.size >= n_j * kmax * kmax:  # a large block: one pass over every possible code
-            present = np.zeros(n_j * kmax * kmax, dtype=bool)
+        code += start[:-1].astype(itype)[None, None, :]
+        if 4 * code.size >= n_codes:  # a large block: one pass over every possible code
+            present = np.zeros(n_codes, dtype=bool)
             present[code.ravel()] = True
             uniq = np.flatnonzero(present)
-            rank = np.empty(len(present), dtype=np.int32)  # read only where present
+            rank = np.empty(n_codes, dtype=np.int32)  # read only where present
             rank[uniq] = np.arange(len(uniq), dtype=np.int32)
             inv = rank[code]
         else:  # few cases for the codes there could be (few orders, many tasks): sort them
             uniq, inv = np.unique(code, return_inverse=True)
             inv = inv.reshape(code.shape)
-        uj, rest = np.divmod(uniq, kmax * kmax)
-        un_plus, un_minus = np.divmod(rest, kmax)
+        uj = np.searchsorted(start, uniq, side="right") - 1
+        un_plus, un_minus = np.divmod(uniq - start[uj], side[uj])
         uk = ks[uj]
         uc = R.bootstrap_threshold(theta, uk, lat)
         p_low = R.tail_binary(uk, un_plus, un_minus, uc)

@@ -92,11 +92,10 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
         if not plan.fft_bootstrap:
             blocks += LITERAL_BOOTSTRAP_BYTES
         elif plan.lattice == 1:
-            # binary differences: a bool per possible (budget, n+, n-) code and an int32 rank of
-            # those present, or for a block with under a quarter as many cases as codes,
-            # np.unique's sort of them
-            kmax = max((int(ts.ks.max()) for ts in plan._tasksets), default=n) + 1
-            codes = n_j * kmax * kmax
+            # binary differences: a bool per possible (budget, n+, n-) code ((k + 1)^2 per
+            # budget) and an int32 rank of those present, or for a block with under a quarter
+            # as many cases as codes, np.unique's sort of them
+            codes = max((int(((ts.ks + 1) ** 2).sum()) for ts in plan._tasksets), default=n_j * (n + 1) ** 2)
             cases_per_block = per_block * reps * n_j
             blocks += (1 + 4) * codes if 4 * cases_per_block >= codes else 4 * 8 * cases_per_block
         else:
