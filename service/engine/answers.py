@@ -25,6 +25,7 @@ import numpy as np
 from scipy import special, stats
 
 from service.engine import rules as R
+from service.engine import tails as T
 from service.engine.betting import betting_paths, confidence_sequence
 from service.engine.numbers import clean as _clean
 from service.engine.schedule import scheduled_paths
@@ -90,7 +91,7 @@ def _bootstrap_quantiles(v: np.ndarray, lattice: int, a: float) -> tuple[float, 
     pmf = np.bincount(v - vmin, minlength=span + 1) / k
     size = span * k + 1
     nfft = 1 << (size - 1).bit_length()
-    dist = np.fft.irfft(R._int_power(np.fft.rfft(pmf, nfft), k), nfft)[:size]
+    dist = np.fft.irfft(T._int_power(np.fft.rfft(pmf, nfft), k), nfft)[:size]
     cdf = np.cumsum(np.clip(dist, 0.0, None))
     cdf /= cdf[-1]
     lo_idx = int(np.searchsorted(cdf, a - 1e-12))  # smallest sum with P(m* <= sum) >= a

@@ -14,21 +14,27 @@ sufficient statistics so that replay can evaluate millions of cases at once:
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from scipy import special, stats
+
+from service.engine import tails as T
+from service.engine.tails import (  # noqa: F401  (the rules' tails, under their old names)
+    FAR_TAIL,
+    lattice_screen,
+    tail_binary,
+    tail_lattice,
+    tail_trinomial,
+    tail_trinomial_screen,
+)
 
 ACCEPT, REJECT, DEFER = 1, -1, 0
 MAX_LATTICE = 10_000
 MAX_FFT = 1 << 18
 """Largest support (lattice units) of a resample sum whose exact law is convolved by FFT."""
 TOL = 1e-9
-FAR_TAIL = 1e-13
 
 
 def find_lattice(values: np.ndarray, max_l: int = MAX_LATTICE) -> int | None:
@@ -127,146 +133,6 @@ def bootstrap_threshold(theta: float, k: np.ndarray, lattice: int) -> np.ndarray
     return np.floor(theta * np.asarray(k, dtype=np.float64) * lattice + TOL).astype(np.int64)
 
 
-def tail_trinomial(k, n_plus, n_minus, c):
-    """Exact ``P(X - Y <= c)`` for ``(X, Y, ·) ~ Multinomial(k; n+/k, n-/k, ·)``.
-
-    Condition on ``M = X + Y ~ Bin(k, (n+ + n-)/k)``; then ``X | M ~ Bin(M, n+/(n+ + n-))``
-    and ``X - Y <= c`` iff ``X <= floor((c + M)/2)``. Vectorised over cases.
-    """
-    k = np.asarray(k, dtype=np.int64)
-    n_plus = np.asarray(n_plus, dtype=np.int64)
-    n_minus = np.asarray(n_minus, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    k, n_plus, n_minus, c = np.broadcast_arrays(k, n_plus, n_minus, c)
-    out = np.empty(k.shape, dtype=np.float64)
-    out[...] = tail_trinomial_screen(k, n_plus, n_minus, c)
-    todo = np.flatnonzero(np.isnan(out.ravel()))
-    flat = [x.ravel()[todo] for x in (k, n_plus, n_minus, c)]
-    res = np.empty(len(todo))
-    kmax = int(flat[0].max()) if flat[0].size else 0
-    step = max(1, 2_000_000 // (kmax + 1))
-    m_axis = np.arange(kmax + 1)
-    for i in range(0, len(res), step):
-        kk, npl, nmi, cc = (x[i : i + step, None] for x in flat)
-        disc = npl + nmi
-        p_m = stats.binom.pmf(m_axis[None, :], kk, disc / np.maximum(kk, 1))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            q = np.where(disc > 0, npl / np.maximum(disc, 1), 0.0)
-        x_max = np.floor_divide(cc + m_axis[None, :], 2)
-        cond = stats.binom.cdf(x_max, m_axis[None, :], q)
-        cond = np.where(x_max < 0, 0.0, cond)
-        cond = np.where(m_axis[None, :] > kk, 0.0, cond)
-        res[i : i + step] = np.clip(np.sum(p_m * cond, axis=1), 0.0, 1.0)
-    out.ravel()[todo] = res
-    return out
-
-
-def tail_trinomial_screen(k, n_plus, n_minus, c) -> np.ndarray:
-    """0 or 1 where Bernstein's inequality puts the tail within ``FAR_TAIL`` of it, else NaN.
-
-    Such tails move no decision (every level ``a`` and resample count ``B`` in use is far
-    above ``FAR_TAIL``), and a replay is mostly made of them.
-    """
-    k, n_plus, n_minus, c = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (k, n_plus, n_minus, c)))
-    kf = np.maximum(k, 1).astype(np.float64)
-    m = (n_plus - n_minus) / kf
-    var = np.maximum((n_plus + n_minus) / kf - m * m, 0.0)
-    t_low = m - c / kf  # > 0: c lies below the mean, p_low is a lower tail
-    t_high = (c + 1) / kf - m  # > 0: c+1 lies above the mean, 1 - p_low is an upper tail
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        b_low = np.where(t_low > 0, np.exp(-kf * t_low**2 / (2 * var + 4 * t_low / 3)), 1.0)
-        b_high = np.where(t_high > 0, np.exp(-kf * t_high**2 / (2 * var + 4 * t_high / 3)), 1.0)
-    return np.where(b_low < FAR_TAIL, 0.0, np.where(b_high < FAR_TAIL, 1.0, np.nan))
-
-
-_DENSE_MAX_K = 1447
-"""Largest ``k`` whose tails are kept in a dense ``[k+1, k+1]`` table (2**21 entries, 16 MB)."""
-_DENSE_BYTES = 192 << 20
-"""Memory of the dense tables a process keeps; the least recently used go first."""
-_dense: OrderedDict[tuple, np.ndarray] = OrderedDict()
-_dense_lock = threading.Lock()
-_TAIL_MEMO: dict[tuple, float] = {}
-"""Memoized values for ``k`` past ``_DENSE_MAX_K``, by ``(k, n+, n-, c, *tag)``."""
-
-
-def _dense_table(key: tuple) -> np.ndarray:
-    """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far (NaN: not yet),
-    shared by the threads of a process (a value written twice is the same number)."""
-    with _dense_lock:
-        table = _dense.get(key)
-        if table is not None:
-            _dense.move_to_end(key)
-            return table
-        k = key[0]
-        table = np.full((k + 1, k + 1), np.nan)
-        _dense[key] = table
-        total = sum(t.nbytes for t in _dense.values())
-        while total > _DENSE_BYTES and len(_dense) > 1:
-            total -= _dense.popitem(last=False)[1].nbytes
-        return table
-
-
-def _tails_now(k: np.ndarray, n_plus: np.ndarray, n_minus: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The tails, computed: Bernstein's screen first (cheap), the FFT only for the rest."""
-    vals = tail_trinomial_screen(k, n_plus, n_minus, c)
-    todo = np.flatnonzero(np.isnan(vals))
-    if len(todo):
-        hist = np.stack([n_minus[todo], k[todo] - n_plus[todo] - n_minus[todo], n_plus[todo]], axis=1)
-        vals[todo] = tail_lattice(hist, np.array([-1, 0, 1]), c[todo])
-    return vals
-
-
-def _memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_minus, c) -> np.ndarray:
-    """``compute(k, n+, n-, c)`` per 0/1 sample through a per-process memo: chunks of one
-    replay meet the same samples again.
-
-    The memo is a dense table per ``(k, c, *tag)`` indexed by ``(n+, n-)``, so a block's
-    thousands of samples are looked up and stored with array indexing; keys of a ``k`` too
-    large for a table go through a dict."""
-    k, n_plus, n_minus, c = (np.asarray(x, dtype=np.int64).ravel() for x in (k, n_plus, n_minus, c))
-    out = np.empty(len(k))
-    dense = k <= _DENSE_MAX_K
-    if dense.any():
-        idx = np.flatnonzero(dense)
-        key = (k[idx] << 32) + (c[idx] + (1 << 31))  # one integer per (k, c): |c| <= k < 2**31
-        kc, which = np.unique(key, return_inverse=True)
-        by_kc = np.argsort(which, kind="stable")
-        edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(kc)))]
-        for code, lo, hi in zip(kc.tolist(), edges[:-1], edges[1:], strict=True):
-            kk, cc = code >> 32, (code & 0xFFFFFFFF) - (1 << 31)
-            rows = idx[by_kc[lo:hi]]
-            table = _dense_table((kk, cc, *tag))
-            got = table[n_plus[rows], n_minus[rows]]
-            miss = np.flatnonzero(np.isnan(got))
-            if len(miss):
-                r = rows[miss]
-                got[miss] = compute(k[r], n_plus[r], n_minus[r], c[r])
-                table[n_plus[r], n_minus[r]] = got[miss]
-            out[rows] = got
-    rest = np.flatnonzero(~dense)
-    if len(rest):
-        keys = list(zip(k[rest].tolist(), n_plus[rest].tolist(), n_minus[rest].tolist(), c[rest].tolist(),
-                        strict=True))
-        if tag:
-            keys = [(*key, *tag) for key in keys]
-        found = [_TAIL_MEMO.get(key) for key in keys]  # read once: another thread may clear it
-        missing = [i for i, v in enumerate(found) if v is None]
-        if missing:
-            r = rest[np.array(missing)]
-            if len(_TAIL_MEMO) > 4_000_000:
-                _TAIL_MEMO.clear()
-            for i, v in zip(missing, compute(k[r], n_plus[r], n_minus[r], c[r]).tolist(), strict=True):
-                found[i] = _TAIL_MEMO[keys[i]] = v
-        out[rest] = found
-    return out
-
-
-def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
-    """``P(X - Y <= c)`` as ``tail_trinomial``, through the FFT convolution (about 3× faster)
-    and a per-process memo (``_memo_binary``)."""
-    return _memo_binary((), _tails_now, k, n_plus, n_minus, c)
-
-
 def conclude_binary(k, n_plus, n_minus, c, a, resamples: int) -> np.ndarray:
     """``bootstrap_conclude_prob`` of 0/1 samples (``m > θ`` iff ``n+ - n- > c``), memoized
     as their tails are: a replay's blocks ask for the same tens of thousands of them again,
@@ -275,107 +141,9 @@ def conclude_binary(k, n_plus, n_minus, c, a, resamples: int) -> np.ndarray:
     c_max = math.floor(a * big_b + 1e-9)  # all that the rule takes of a
 
     def compute(k, n_plus, n_minus, c):
-        return bootstrap_conclude_prob(tail_binary(k, n_plus, n_minus, c), n_plus - n_minus > c, a, big_b)
+        return bootstrap_conclude_prob(T.tail_binary(k, n_plus, n_minus, c), n_plus - n_minus > c, a, big_b)
 
-    return _memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
-
-
-def _int_power(z: np.ndarray, n: int) -> np.ndarray:
-    """``z**n`` by repeated squaring: a dozen multiplications instead of complex exp/log. In
-    place (``z`` is overwritten): the same products, without a fresh array for each (they are
-    large enough that every new one is fresh pages from the kernel)."""
-    result = None
-    base = z
-    while n:
-        if n & 1:
-            result = base.copy() if result is None else np.multiply(result, base, out=result)
-        n >>= 1
-        if n:
-            np.multiply(base, base, out=base)
-    return result if result is not None else np.ones_like(z)
-
-
-def lattice_screen(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """0 or 1 where Bernstein's inequality puts ``P(Σ V_i <= c)`` within ``FAR_TAIL`` of
-    it (as ``tail_trinomial_screen``, for any lattice histogram), else NaN."""
-    hist = np.asarray(hist, dtype=np.float64)
-    vals = np.asarray(values, dtype=np.float64)
-    k = hist.sum(axis=1)
-    kf = np.maximum(k, 1.0)
-    m = hist @ vals / kf
-    var = np.maximum(hist @ (vals * vals) / kf - m * m, 0.0)
-    b = float(vals.max() - vals.min())
-    t_low = m - c / kf
-    t_high = (c + 1) / kf - m
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        b_low = np.where(t_low > 0, np.exp(-kf * t_low**2 / (2 * var + 2 * b * t_low / 3)), 1.0)
-        b_high = np.where(t_high > 0, np.exp(-kf * t_high**2 / (2 * var + 2 * b * t_high / 3)), 1.0)
-    out = np.where(b_low < FAR_TAIL, 0.0, np.where(b_high < FAR_TAIL, 1.0, np.nan))
-    return np.where(k == 0, 1.0, out)
-
-
-def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Exact ``P(Σ_{i<=k} V_i <= c)`` for ``k = Σ hist`` iid draws from the empirical
-    distribution ``hist/k`` over integer ``values`` (sorted ascending), per row.
-
-    The k-th power of the shifted support's discrete Fourier transform (the sum's law, with
-    no aliasing: the transform is longer than the sum's support) is summed up to ``c``
-    against the transform of a run of ones (``_cdf_weights``), rows grouped by ``k``.
-    """
-    hist = np.asarray(hist, dtype=np.float64)
-    values = np.asarray(values, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    k = hist.sum(axis=1).astype(np.int64)
-    vmin = int(values.min())
-    span = int(values.max()) - vmin
-    out = lattice_screen(hist, values, c)
-    idx = c - vmin * k  # the sum of k draws, shifted to start at 0
-    sure = np.isnan(out) & ((idx < 0) | (idx >= span * k))
-    out[sure] = np.where(idx[sure] < 0, 0.0, 1.0)
-    for kk in np.unique(k):
-        rows = np.flatnonzero((k == kk) & np.isnan(out))
-        if not len(rows):
-            continue
-        nfft = 1 << max(1, int(span * kk).bit_length())  # > span·k: the sum's support fits
-        # rows a block at a time, so that the spectra being raised to the k-th power stay in
-        # cache (every row is computed on its own: the blocks do not change its numbers)
-        per = max(1, _FFT_BLOCK // nfft)
-        for i in range(0, len(rows), per):
-            r = rows[i : i + per]
-            pmf = np.zeros((len(r), span + 1))
-            pmf[:, values - vmin] = hist[r] / kk
-            f = _int_power(np.fft.rfft(pmf, nfft, axis=1), int(kk))
-            spec = np.ascontiguousarray(f).view(np.float64)  # [re, im] pairs per frequency
-            for m in np.unique(idx[r]).tolist():
-                at = np.flatnonzero(idx[r] == m)
-                total = spec[at, 0]  # the spectrum at 0: the law's total mass
-                out[r[at]] = (spec[at] * _cdf_weights(m, nfft)).sum(axis=1) / total
-    return np.clip(out, 0.0, 1.0)
-
-
-@lru_cache(maxsize=256)
-def _cdf_weights(m: int, nfft: int) -> np.ndarray:
-    """Weights ``w`` on an ``rfft`` spectrum ``F`` (as [re, im] pairs) with ``Σ F·w`` equal to
-    ``Σ_{s<=m}`` of its inverse: ``(1/N)(F_0 (m+1) + 2 Re Σ_j F_j S_j + F_{N/2} T)`` with
-    ``S_j = Σ_{s<=m} e^{2πi js/N} = e^{iθm/2} sin(θ(m+1)/2) / sin(θ/2)`` (``θ = 2πj/N``) and
-    ``T = Σ_{s<=m} (-1)^s``. One pass over the spectrum instead of an inverse transform and
-    a running sum of it."""
-    j = np.arange(1, nfft // 2)
-    theta = 2 * np.pi * j / nfft
-    s = np.exp(0.5j * theta * m) * (np.sin(theta * (m + 1) / 2) / np.sin(theta / 2))
-    g = np.empty(nfft // 2 + 1, dtype=np.complex128)
-    g[0] = m + 1
-    g[1:-1] = 2 * s
-    g[-1] = 1.0 if m % 2 == 0 else 0.0
-    g /= nfft
-    w = np.empty(2 * len(g))
-    w[0::2], w[1::2] = g.real, -g.imag  # Re(F·g) = F.re·g.re - F.im·g.im
-    w.setflags(write=False)
-    return w
-
-
-_FFT_BLOCK = 1 << 15
-"""Spectrum points per block of ``tail_lattice`` (a few hundred kB of complex numbers)."""
+    return T._memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
 
 
 def bootstrap_conclude_prob(p_low, pos, a, resamples: int):
