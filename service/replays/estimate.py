@@ -1,4 +1,4 @@
-"""How long a replay will take, said before it starts: its case count times a measured cost.
+"""How long a replay will take, said when it is submitted: its case count times a measured cost.
 
 The per-case cost varies a hundredfold between a 0/1 single-trial dataset (closed forms on
 prefix sums) and a multi-trial one (the bootstrap tail over a lattice of differences, or
@@ -13,19 +13,24 @@ fixed rate predicts it. Two measurements, best first:
    instead of its R, twice, timed and scaled by R / 20 and by the number of chunks
    (``from_sample``), for one worker. It costs at most 2 x 20 / R of a chunk (8 % at 500
    orders; the second run finds the first one's tails), paid only by the first replay of its
-   kind; it errs high rather than low.
+   kind; it errs high rather than low. It is taken once the replay is stored and its job
+   sent (``service.create``), so the workers do not wait for it; where they share the API's
+   cores it takes a little longer, and errs higher.
 
 Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
 
 MIN_CASES_TO_MEASURE = 200_000
 SAMPLE_ORDERS = 20
@@ -105,18 +110,28 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     return again * scale * plan.n_pairs / m + max(first - again, 0.0) * min(scale, ONE_TIME_GROWTH)
 
 
-def estimate(session: Session, plan: Any, chunk_pairs: int) -> tuple[int, str, float | None]:
-    """``(cases, cost kind, estimated seconds or None)`` for a replay about to be stored."""
+def known(session: Session, plan: Any) -> tuple[int, str, float | None, bool]:
+    """``(cases, cost kind, seconds from history or None, whether to sample)`` for a replay
+    about to be stored: what costs nothing to say. The sample (``sampled``) is taken only
+    without history and at ``MIN_CASES_TO_MEASURE`` cases or more."""
     from service.engine.replay import total_cases
 
     cases = total_cases(plan)
     kind = cost_kind(plan)
     if cases < MIN_CASES_TO_MEASURE or plan.n_pairs == 0:
-        return cases, kind, None
+        return cases, kind, None, False
     seconds = from_history(session, kind, _units(plan, cases))
-    if seconds is None:
-        seconds = from_sample(plan, chunk_pairs)
-    return cases, kind, round(seconds, 1)
+    return cases, kind, (None if seconds is None else round(seconds, 1)), seconds is None
+
+
+def sampled(plan: Any, chunk_pairs: int) -> float | None:
+    """``from_sample``, rounded; None (no estimate) if the sample fails: the replay it is for
+    is already stored and running, so an error here must not fail the submission."""
+    try:
+        return round(from_sample(plan, chunk_pairs), 1)
+    except Exception:
+        log.exception("the submission estimate's sample failed")
+        return None
 
 
 def eta_seconds(status: str, progress: float, elapsed: float | None, estimated: float | None) -> float | None:

@@ -105,7 +105,7 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
     except SpecError as exc:
         raise Unprocessable(spec_error_detail(exc)) from None
     limits.check_replay_plan(plan, settings)  # cases and a chunk's memory, before any case runs
-    n_cases, kind, estimated = estimate.estimate(session, plan, settings.chunk_pairs)
+    n_cases, kind, estimated, sample = estimate.known(session, plan)
     bounds = chunk_bounds(plan.n_pairs, settings.chunk_pairs, limits.largest_chunk(plan, settings))
     replay = Replay(
         id=uuid.uuid4(),
@@ -122,6 +122,11 @@ def create(session: Session, body: ReplayCreate, settings: Settings) -> Replay:
     repository.add(session, replay, bounds)
     _PLANS.put(replay.id, plan)
     enqueue(session, "replays.run", str(replay.id))
+    if sample:
+        # the workers start on the replay now (its job is sent at this commit), while its
+        # first chunk is sampled here for the estimate the answer carries
+        session.commit()
+        replay.estimated_seconds = estimate.sampled(plan, settings.chunk_pairs)
     return replay
 
 

@@ -34,3 +34,39 @@ def test_from_sample_scales_the_second_run_and_counts_the_first_runs_extra_once(
     assert got == pytest.approx(want)
     # the old rule, the first run scaled whole, would have said 10 x 25 x pairs / m
     assert got < 10.0 * scale * plan.n_pairs / m / 3
+
+
+BIG = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 1000, "groups": ["group"], "seed": 1}
+
+
+def test_the_sample_is_taken_once_the_replay_is_stored_and_a_failed_one_fails_nothing(client, monkeypatch):
+    """The replay is committed (its job sent) before its estimate's sample runs, so workers do
+    not wait for it; a sample that raises leaves the estimate null and the replay runs."""
+    from sqlalchemy import select
+
+    from service.replays.models import Replay
+    from tests.service.conftest import synth_csv, upload, wait_for
+
+    ds = upload(client, synth_csv(seed=41, trials=3))
+    stored_when_sampled: list[int] = []
+
+    def sample(plan, chunk_pairs):
+        with client.app.state.sessionmaker() as other:  # another connection: sees committed rows only
+            stored_when_sampled.append(len(other.scalars(select(Replay.id)).all()))
+        return 12.34
+
+    monkeypatch.setattr(estimate, "from_sample", sample)
+    r = client.post("/v1/replays", json={"dataset_id": ds["id"], **BIG})
+    assert r.status_code == 202, r.text
+    assert stored_when_sampled == [1] and r.json()["estimated_seconds"] == 12.3
+    assert client.get(f"/v1/replays/{r.json()['id']}").json()["estimated_seconds"] == 12.3  # stored too
+    assert wait_for(client, r.json()["id"])["status"] == "succeeded"
+
+    def broken(plan, chunk_pairs):
+        raise RuntimeError("a bug in the sample")
+
+    monkeypatch.setattr(estimate, "from_sample", broken)
+    monkeypatch.setattr(estimate, "from_history", lambda *a: None)  # no history: the sample is taken
+    r = client.post("/v1/replays", json={"dataset_id": ds["id"], **{**BIG, "seed": 2}})
+    assert r.status_code == 202 and r.json()["estimated_seconds"] is None
+    assert wait_for(client, r.json()["id"])["status"] == "succeeded"
