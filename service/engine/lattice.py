@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from service.engine import rules as R
+from service.engine.tails import lattice_args
 
 EPS_TERM = 1e-17
 """Largest ``|φ_j|^k`` of a frequency term left out of an exact tail."""
@@ -141,13 +142,8 @@ def truncation_error(n: int, eps: float) -> float:
 
 def tail(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Exact ``P(Σ_{i<=k} V_i <= c)`` for ``k = Σ hist`` draws from ``hist/k`` over integer
-    ``values`` (ascending), per row: ``rules.tail_lattice``'s numbers (to 1e-13), faster."""
-    hist = np.asarray(hist, dtype=np.float64)
-    values = np.asarray(values, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    k = hist.sum(axis=1).astype(np.int64)
-    vmin = int(values.min())
-    span = int(values.max()) - vmin
+    ``values`` (ascending), per row: ``tails.tail_lattice``'s numbers (to 1e-13), faster."""
+    hist, values, c, k, vmin, span = lattice_args(hist, values, c)
     vt = tuple(int(v) for v in values)
     out = R.lattice_screen(hist, values, c)
     todo = np.isnan(out)

@@ -201,6 +201,16 @@ def lattice_screen(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.nd
     return np.where(k == 0, 1.0, out)
 
 
+def lattice_args(hist, values, c) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """A lattice tail's arguments as its kernels take them: ``(hist`` float64, ``values`` and
+    ``c`` int64, ``k`` the draws per row, the least value, the values' span``)``."""
+    hist = np.asarray(hist, dtype=np.float64)
+    values = np.asarray(values, dtype=np.int64)
+    vmin = int(values.min())
+    k = hist.sum(axis=1).astype(np.int64)
+    return hist, values, np.asarray(c, dtype=np.int64), k, vmin, int(values.max()) - vmin
+
+
 def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Exact ``P(Σ_{i<=k} V_i <= c)`` for ``k = Σ hist`` iid draws from the empirical
     distribution ``hist/k`` over integer ``values`` (sorted ascending), per row.
@@ -210,12 +220,7 @@ def tail_lattice(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndar
     grouped by ``k`` and transform length: the whole support (no aliasing) or, where the law
     is narrower, a window that holds it but for ``2·EPS_WINDOW`` (``_window_sizes``).
     """
-    hist = np.asarray(hist, dtype=np.float64)
-    values = np.asarray(values, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    k = hist.sum(axis=1).astype(np.int64)
-    vmin = int(values.min())
-    span = int(values.max()) - vmin
+    hist, values, c, k, vmin, span = lattice_args(hist, values, c)
     out = lattice_screen(hist, values, c)
     idx = c - vmin * k  # the sum of k draws, shifted to start at 0
     sure = np.isnan(out) & ((idx < 0) | (idx >= span * k))
