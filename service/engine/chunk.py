@@ -288,10 +288,7 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         packed = summer.sum32(np.where(values > 0, 1.0, np.where(values < 0, float(_PACK), 0.0)).astype(np.float32))
         n_minus = np.floor(packed * np.float32(1.0 / _PACK))
         n_plus = packed - np.float32(_PACK) * n_minus
-        hist_cache["binary"] = (n_plus, n_minus)
-        if any(plan.configs[c].policy.rule in _CLOSED_FORMS for c in cfgs):
-            ssum = n_plus.astype(np.float64) - n_minus
-            qsum = n_plus.astype(np.float64) + n_minus
+        hist_cache["binary"] = (n_plus, n_minus)  # the closed forms take them per distinct sample
     else:
         exact32 = lat is not None and float(lat) * lat * n < 2**24  # Σv² stays exact in float32
         vf = values.astype(np.float32 if exact32 else np.float64)
@@ -341,14 +338,13 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
             dec, used, cov_at_stop = _scheduled(plan, ts_id, members, values, order, cfg, c, s)
             covfail = (dec != 0) & ~cov_at_stop
         else:
-            if rule == "forced":
-                dec = R.forced(ssum, k, theta, lat)
-            elif rule == "paired_normal":
-                dec = R.paired_normal(ssum, qsum, k, theta, cfg.a, lat)
-            elif rule == "mcnemar":
-                dec = R.mcnemar((qsum + ssum) / 2, (qsum - ssum) / 2, cfg.a)
-            elif rule == "serfling":
-                dec = R.serfling(ssum, k, n, theta, cfg.a, lat)
+            if rule in _CLOSED_FORMS:
+                if "binary" in hist_cache:  # 0/1 counts: once per distinct (budget, n+, n-), then gathered
+                    uj, un_plus, un_minus, inv = _binary_samples(hist_cache, *hist_cache["binary"], ts.ks)
+                    s_u, q_u = (un_plus - un_minus).astype(np.float64), (un_plus + un_minus).astype(np.float64)
+                    dec = _closed_form(rule, s_u, q_u, ts.ks[uj].astype(np.float64), n, theta, cfg.a, lat)[inv]
+                else:
+                    dec = _closed_form(rule, ssum, qsum, k, n, theta, cfg.a, lat)
             elif rule == "bootstrap" and not plan.fft_bootstrap:
                 dec = _bootstrap_literal(plan, ts_id, members, values, order, c, s, theta)
             elif rule == "bootstrap" and not set(np.unique(values).tolist()) <= {-1, 0, 1}:
@@ -404,6 +400,19 @@ _CLOSED_FORMS = ("forced", "paired_normal", "mcnemar", "serfling")
 """Rules decided from the sums of d and d² over the observed tasks."""
 
 
+def _closed_form(rule: str, s: np.ndarray, q: np.ndarray | None, k: np.ndarray, n: int, theta: float, a: float,
+                 lat: int | None) -> np.ndarray:
+    """A closed-form rule's decisions from the sums of d and d² (elementwise: per case, or per
+    distinct sample)."""
+    if rule == "forced":
+        return R.forced(s, k, theta, lat)
+    if rule == "paired_normal":
+        return R.paired_normal(s, q, k, theta, a, lat)
+    if rule == "mcnemar":
+        return R.mcnemar((q + s) / 2, (q - s) / 2, a)
+    return R.serfling(s, k, n, theta, a, lat)
+
+
 def _count(hit: np.ndarray) -> np.ndarray:
     """``[P, R, J]`` booleans counted over the orders, ``[P, J]`` (bytes summed into int32:
     2x faster than ``hit.sum(axis=1)``'s int64)."""
@@ -439,6 +448,38 @@ def _bootstrap_literal(plan: Plan, ts_id: int, members: np.ndarray, values: np.n
     return dec
 
 
+def _binary_samples(cache: dict, n_plus: np.ndarray, n_minus: np.ndarray, ks: np.ndarray) -> tuple:
+    """The distinct 0/1 samples of a block, ``(budget index, n+, n-)`` each, and every case's
+    index into them (``[P, R, J]``), computed once per block (``cache``): the bootstrap at
+    every threshold and the closed-form rules decide per distinct sample, then gather."""
+    if "samples" in cache:
+        return cache["samples"]
+    # code = start_j + n+·(k_j + 1) + n-: budget j's (n+, n-) in a square of side k_j + 1,
+    # the squares one after another (increasing in (j, n+, n-), as the sort below is)
+    side = ks.astype(np.int64) + 1
+    start = np.concatenate([[0], np.cumsum(side * side)])
+    n_codes = int(start[-1])
+    itype = np.int32 if n_codes < 2**31 else np.int64
+    code = n_plus.astype(itype)
+    code *= side.astype(itype)[None, None, :]
+    code += n_minus.astype(itype)
+    code += start[:-1].astype(itype)[None, None, :]
+    if 4 * code.size >= n_codes:  # a large block: one pass over every possible code
+        present = np.zeros(n_codes, dtype=bool)
+        present[code.ravel()] = True
+        uniq = np.flatnonzero(present)
+        rank = np.empty(n_codes, dtype=np.int32)  # read only where present
+        rank[uniq] = np.arange(len(uniq), dtype=np.int32)
+        inv = rank[code]
+    else:  # few cases for the codes there could be (few orders, many tasks): sort them
+        uniq, inv = np.unique(code, return_inverse=True)
+        inv = inv.reshape(code.shape)
+    uj = np.searchsorted(start, uniq, side="right") - 1
+    un_plus, un_minus = np.divmod(uniq - start[uj], side[uj])
+    cache["samples"] = (uj, un_plus, un_minus, inv)
+    return cache["samples"]
+
+
 def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray,
                     theta: float, lat: int, cache: dict) -> tuple:
     """Exact resampling tails ``P(m* <= θ)`` per distinct observed sample.
@@ -457,28 +498,7 @@ def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: 
     vals = np.unique(values)
     if set(vals.tolist()) <= {-1, 0, 1}:
         n_plus, n_minus = binary if binary is not None else (np.rint((qsum + ssum) / 2), np.rint((qsum - ssum) / 2))
-        # code = start_j + n+·(k_j + 1) + n-: budget j's (n+, n-) in a square of side k_j + 1,
-        # the squares one after another (increasing in (j, n+, n-), as the sort below is)
-        side = ks.astype(np.int64) + 1
-        start = np.concatenate([[0], np.cumsum(side * side)])
-        n_codes = int(start[-1])
-        itype = np.int32 if n_codes < 2**31 else np.int64
-        code = n_plus.astype(itype)
-        code *= side.astype(itype)[None, None, :]
-        code += n_minus.astype(itype)
-        code += start[:-1].astype(itype)[None, None, :]
-        if 4 * code.size >= n_codes:  # a large block: one pass over every possible code
-            present = np.zeros(n_codes, dtype=bool)
-            present[code.ravel()] = True
-            uniq = np.flatnonzero(present)
-            rank = np.empty(n_codes, dtype=np.int32)  # read only where present
-            rank[uniq] = np.arange(len(uniq), dtype=np.int32)
-            inv = rank[code]
-        else:  # few cases for the codes there could be (few orders, many tasks): sort them
-            uniq, inv = np.unique(code, return_inverse=True)
-            inv = inv.reshape(code.shape)
-        uj = np.searchsorted(start, uniq, side="right") - 1
-        un_plus, un_minus = np.divmod(uniq - start[uj], side[uj])
+        uj, un_plus, un_minus, inv = _binary_samples(cache, n_plus, n_minus, ks)
         uk = ks[uj]
         uc = R.bootstrap_threshold(theta, uk, lat)
         p_low = R.tail_binary(uk, un_plus, un_minus, uc)

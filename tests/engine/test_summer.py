@@ -75,3 +75,29 @@ def test_counts_over_the_orders_equal_numpy_sums():
     hit = np.random.default_rng(3).random((5, 300, 4)) < 0.4
     np.testing.assert_array_equal(C._count(hit), hit.sum(axis=1))
     assert C._count(np.ones((1, 70_000, 1), dtype=bool))[0, 0] == 70_000  # past uint8 and int16
+
+
+def test_closed_forms_per_distinct_sample_equal_them_per_case():
+    """On 0/1 counts the closed-form rules decide once per distinct (budget, n+, n-) and the
+    block gathers (``_binary_samples``): the same decisions as per case, for every rule."""
+    rng = np.random.default_rng(4)
+    ks = np.array([3, 20, 61, 120])
+    n_plus = rng.binomial(ks[None, None, :], 0.3, size=(6, 40, len(ks))).astype(np.float32)
+    n_minus = rng.binomial((ks - n_plus).astype(np.int64), 0.4).astype(np.float32)
+    uj, up, um, inv = C._binary_samples({}, n_plus, n_minus, ks)
+    assert len(up) < n_plus.size / 2  # samples repeat: there is something to share
+    np.testing.assert_array_equal(up[inv], n_plus)
+    np.testing.assert_array_equal(um[inv], n_minus)
+    np.testing.assert_array_equal(ks[uj][inv], np.broadcast_to(ks, n_plus.shape))
+    s, q = (n_plus - n_minus).astype(np.float64), (n_plus + n_minus).astype(np.float64)
+    k = np.broadcast_to(ks.astype(np.float64), s.shape)
+    s_u, q_u = (up - um).astype(np.float64), (up + um).astype(np.float64)
+    for rule in C._CLOSED_FORMS:
+        for theta in (0.0, 0.05):
+            if rule == "mcnemar" and theta:
+                continue
+            per_case = C._closed_form(rule, s, q, k, 120, theta, 0.05, 1)
+            assert len(set(per_case.ravel().tolist())) > 1  # decisions of more than one kind
+            np.testing.assert_array_equal(
+                C._closed_form(rule, s_u, q_u, ks[uj].astype(np.float64), 120, theta, 0.05, 1)[inv], per_case
+            )
