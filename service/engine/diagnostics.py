@@ -191,7 +191,7 @@ def report(plan: Plan, names: Sequence[str]) -> list[dict[str, str]]:
     """Report-level diagnostics: pairs compared on different task sets."""
     out = []
     if len(plan._tasksets) > 1:
-        sizes = np.array([len(plan.pair_tasks(p)) for p in range(plan.n_pairs)])
+        sizes = plan.pair_n
         p = int(np.argmin(sizes))
         a, b = plan.pairs[p]
         out.append(

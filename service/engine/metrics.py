@@ -43,8 +43,8 @@ def build_report(plan: Plan, chunks: Sequence[ChunkResult], *, per_pair: bool = 
     reps, n_s = spec.orders, spec.seeds
     rec = plan.records
     names = rec.systems
-    n_tasks = np.array([len(plan.pair_tasks(p)) for p in range(plan.n_pairs)], dtype=np.float64)
-    ks = np.array([plan._tasksets[plan.pair_ts[p]].ks for p in range(plan.n_pairs)], dtype=np.float64)
+    n_tasks = plan.pair_n
+    ks = np.stack([ts.ks for ts in plan._tasksets]).astype(np.float64)[plan.pair_ts].reshape(plan.n_pairs, -1)
     dfull = plan.delta_full()
     gaps = classes.gap_pp(plan.full_sums, n_tasks, plan.lattice)  # signed Δ_full in pp
     configurations = []

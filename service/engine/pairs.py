@@ -149,7 +149,7 @@ def pair_table(
     """Configuration ``c``'s table from the merged chunk tallies (``build_report``'s ``cat``)."""
     idx = np.flatnonzero(appl)
     pairs = np.array(plan.pairs, dtype=np.int32).reshape(-1, 2)
-    n_tasks = np.array([len(plan.pair_tasks(p)) for p in idx.tolist()], dtype=np.int64)
+    n_tasks = plan.pair_n[idx].astype(np.int64)
     return PairTable(
         systems=tuple(plan.records.systems),
         a=pairs[idx, 0],
