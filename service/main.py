@@ -86,6 +86,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runner = build_runner(settings, ctx)
     bind_runner(factory, runner)
     app.state.engine, app.state.sessionmaker, app.state.runner = engine, factory, runner
+    if isinstance(runner, CeleryRunner):
+        runner.warm()  # a submission's job then leaves at once
     if isinstance(runner, InProcessRunner):
         from service.replays.tasks import resume_all
 

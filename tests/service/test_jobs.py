@@ -69,3 +69,26 @@ def test_a_worker_process_has_the_replay_engine_loaded_before_its_first_job(tmp_
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_warming_opens_the_broker_and_database_connections_a_first_job_would_pay(tmp_path):
+    """A pool process opens its database connection and its producer's broker connection
+    before its first job (workers/app._ProcessState.warm, CeleryRunner.warm); a broker that
+    is down is not an error there."""
+    from service.config import Settings
+    from service.jobs import CeleryRunner
+    from workers.app import _ProcessState
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'w.db'}", broker_url="redis://127.0.0.1:6379/15")
+    state = _ProcessState(settings)
+    assert state.runner is None
+    state.warm()
+    engine = state.ctx().sessionmaker.kw["bind"]
+    assert engine.pool.checkedin() >= 1  # a connection is open and back in the pool
+    with state.runner.app.producer_or_acquire() as producer:
+        assert producer.connection.connected
+    state.runner.close()
+
+    down = CeleryRunner(Settings(database_url=f"sqlite:///{tmp_path / 'd.db'}", broker_url="redis://127.0.0.1:1/0"))
+    down.warm()  # logs, does not raise
+    down.close()
