@@ -156,11 +156,13 @@ def test_workers_ride_out_a_database_restart_mid_replay(
     run_migrations(url, Settings().migrations_dir)
     settings = {
         "data_dir": tmp_path / "data", "database_url": url, "broker_url": own_redis.url, "migrate_on_start": False,
-        "celery_queue": unique_name("restart"), "chunk_pairs": 3, "heartbeat_seconds": 0.5,
+        "celery_queue": unique_name("restart"), "chunk_pairs": 1, "heartbeat_seconds": 0.5,
         "stale_after_seconds": 4, "sweep_seconds": 0.5, "visibility_timeout": 20,
     }
-    spec = {**SMALL_SPEC, "orders": 150}
-    content = synth_csv(seed=12, n_systems=5)
+    # enough work that the restart falls mid-replay: 30 chunks of one pair (a chunk of this size
+    # takes tens of ms; three of three pairs once finished before the first poll saw one)
+    spec = {**SMALL_SPEC, "orders": 600}
+    content = synth_csv(seed=12, n_systems=6, n_tasks=200)
     worker = procs.start(["worker", "--loglevel", "warning", "--pool", "solo"], procs.env_for(**settings),
                          tmp_path / "worker.log")
     try:
