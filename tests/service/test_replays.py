@@ -151,8 +151,10 @@ def test_spec_errors_are_422_naming_the_field(client: TestClient) -> None:
 
 
 def test_cancel(client: TestClient) -> None:
-    ds = upload(client, synth_csv(seed=8, n_systems=6, n_tasks=60))
-    spec = {**SMALL_SPEC, "orders": 400, "budgets": "0.05:0.95:0.05"}
+    # seconds of work, so the replay is still running when the cancel arrives (it starts as
+    # soon as it is stored, before the submission's estimate is sampled and answered)
+    ds = upload(client, synth_csv(seed=8, n_systems=16, n_tasks=200))  # 240 pairs: about 1.5 s
+    spec = {**SMALL_SPEC, "orders": 2000, "budgets": "0.05:0.95:0.05"}
     rid = _submit(client, ds["id"], **spec)["id"]
     r = client.delete(f"/v1/replays/{rid}")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
@@ -321,8 +323,10 @@ def test_progress_is_reported_while_running(backend: dict) -> None:
 
     app = create_app(make_settings(**backend, chunk_pairs=3, heartbeat_seconds=0.1))
     with TestClient(app) as c:
-        ds = upload(c, synth_csv(seed=15, n_systems=4, n_tasks=200))
-        spec = {**SMALL_SPEC, "orders": 800, "bootstrap": [400], "budgets": "0.05:0.95:0.05"}
+        # seconds of work: the replay starts as soon as it is stored, before the submission's
+        # estimate is sampled and answered, so a short one could be done before the first poll
+        ds = upload(c, synth_csv(seed=15, n_systems=8, n_tasks=200))
+        spec = {**SMALL_SPEC, "orders": 1500, "bootstrap": [400], "budgets": "0.05:0.95:0.05"}
         rid = _submit(c, ds["id"], **spec)["id"]
         seen = set()
         while (state := c.get(f"/v1/replays/{rid}").json())["status"] in ("queued", "running"):
