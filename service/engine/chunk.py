@@ -284,7 +284,7 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
     ssum = qsum = None
     if need_q and lat is not None and n < _PACK and np.abs(values).max(initial=0) <= 1:
         # 0/1 outcomes: n+ and n- from one product (n+ + 4096·n-, exact in float32, and so are
-        # the counts split off it); the sums of d and d² from them, for the closed forms
+        # the counts split off it); every rule then decides per distinct (budget, n+, n-)
         packed = summer.sum32(np.where(values > 0, 1.0, np.where(values < 0, float(_PACK), 0.0)).astype(np.float32))
         n_minus = np.floor(packed * np.float32(1.0 / _PACK))
         n_plus = packed - np.float32(_PACK) * n_minus
@@ -340,7 +340,7 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
         else:
             if rule in _CLOSED_FORMS:
                 if "binary" in hist_cache:  # 0/1 counts: once per distinct (budget, n+, n-), then gathered
-                    uj, un_plus, un_minus, inv = _binary_samples(hist_cache, *hist_cache["binary"], ts.ks)
+                    uj, un_plus, un_minus, inv = _binary_samples(hist_cache, ts.ks)
                     s_u, q_u = (un_plus - un_minus).astype(np.float64), (un_plus + un_minus).astype(np.float64)
                     dec = _closed_form(rule, s_u, q_u, ts.ks[uj].astype(np.float64), n, theta, cfg.a, lat)[inv]
                 else:
@@ -354,13 +354,12 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                 dec = bootstrap_decisions(values, summer, ssum, qsum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u,
                                           hist_cache)
             elif rule == "bootstrap":
-                p_low, pos, inv, keys = _bootstrap_tail(values, summer, ssum, qsum, ts.ks, theta, lat, hist_cache)
+                p_low, pos, inv, keys = _bootstrap_tail(ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":
                     dec = R.bootstrap_from_tail(p_low, pos, cfg.a, "exact")[inv]
                 else:
                     big_b = int(cfg.bootstrap)
-                    q = (R.conclude_binary(*keys, cfg.a, big_b) if keys is not None
-                         else R.bootstrap_conclude_prob(p_low, pos, cfg.a, big_b))
+                    q = R.conclude_binary(*keys, cfg.a, big_b)
                     # per distinct sample, then one gather: u < q never holds for q = 0 and
                     # always for q = 1 (u in [0, 1)), so only cases in between draw
                     sure = np.where(q <= 0.0, R.DEFER, np.where(pos, R.ACCEPT, R.REJECT)).astype(np.int8)
@@ -448,12 +447,14 @@ def _bootstrap_literal(plan: Plan, ts_id: int, members: np.ndarray, values: np.n
     return dec
 
 
-def _binary_samples(cache: dict, n_plus: np.ndarray, n_minus: np.ndarray, ks: np.ndarray) -> tuple:
-    """The distinct 0/1 samples of a block, ``(budget index, n+, n-)`` each, and every case's
-    index into them (``[P, R, J]``), computed once per block (``cache``): the bootstrap at
-    every threshold and the closed-form rules decide per distinct sample, then gather."""
+def _binary_samples(cache: dict, ks: np.ndarray) -> tuple:
+    """The distinct 0/1 samples of a block (its counts ``cache["binary"]``), ``(budget index,
+    n+, n-)`` each, and every case's index into them (``[P, R, J]``), computed once per block:
+    the bootstrap at every threshold and the closed-form rules decide per distinct sample,
+    then gather."""
     if "samples" in cache:
         return cache["samples"]
+    n_plus, n_minus = cache["binary"]
     # code = start_j + n+·(k_j + 1) + n-: budget j's (n+, n-) in a square of side k_j + 1,
     # the squares one after another (increasing in (j, n+, n-), as the sort below is)
     side = ks.astype(np.int64) + 1
@@ -480,43 +481,27 @@ def _binary_samples(cache: dict, n_plus: np.ndarray, n_minus: np.ndarray, ks: np
     return cache["samples"]
 
 
-def _bootstrap_tail(values: np.ndarray, summer: Summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray,
-                    theta: float, lat: int, cache: dict) -> tuple:
-    """Exact resampling tails ``P(m* <= θ)`` per distinct observed sample.
+def _bootstrap_tail(ssum: np.ndarray | None, qsum: np.ndarray | None, ks: np.ndarray, theta: float, lat: int,
+                    cache: dict) -> tuple:
+    """Exact resampling tails ``P(m* <= θ)`` per distinct 0/1 sample.
 
-    Returns ``(p_low, pos, inverse, keys)``: tail and ``m > θ`` per distinct (k, histogram),
-    each case's index into them, and for 0/1 values the samples' ``(k, n+, n-, c)``
-    (``rules.conclude_binary``'s keys; else None). A replay repeats the same few thousand
-    samples millions of times, so every tail is computed once.
+    Returns ``(p_low, pos, inverse, keys)``: tail and ``m > θ`` per distinct (k, n+, n-), each
+    case's index into them, and the samples' ``(k, n+, n-, c)`` (``rules.conclude_binary``'s
+    keys). A replay repeats the same few thousand samples millions of times, so every tail is
+    computed once. The counts are the block's packed ones, or (past ``_PACK`` tasks) split off
+    the sums of d and d².
     """
     key = f"{theta!r}"
     if key in cache:
         return cache[key]
-    binary = cache.get("binary")  # the counts themselves, from _replay_order's packed sum
-    shape = binary[0].shape if binary is not None else ssum.shape
-    n_j = shape[2]
-    vals = np.unique(values)
-    if set(vals.tolist()) <= {-1, 0, 1}:
-        n_plus, n_minus = binary if binary is not None else (np.rint((qsum + ssum) / 2), np.rint((qsum - ssum) / 2))
-        uj, un_plus, un_minus, inv = _binary_samples(cache, n_plus, n_minus, ks)
-        uk = ks[uj]
-        uc = R.bootstrap_threshold(theta, uk, lat)
-        p_low = R.tail_binary(uk, un_plus, un_minus, uc)
-        pos = R.above((un_plus - un_minus).astype(np.float64), uk.astype(np.float64), theta, lat)
-        keys = (uk, un_plus, un_minus, uc)
-    else:
-        jj = np.broadcast_to(np.arange(n_j)[None, None, :], shape)
-        hist = np.stack([summer((values == v).astype(np.float32)) for v in vals], axis=-1)  # [P, R, J, V]
-        hist = np.rint(hist).astype(np.int32)
-        rows = np.concatenate([hist, jj[..., None].astype(np.int32)], axis=-1).reshape(-1, len(vals) + 1)
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-        inv = inv.reshape(shape)
-        uk = ks[uniq[:, -1]]
-        p_low = R.tail_lattice(uniq[:, :-1], vals, R.bootstrap_threshold(theta, uk, lat))
-        s_u = (uniq[:, :-1].astype(np.int64) * vals[None, :]).sum(axis=1)
-        pos = R.above(s_u.astype(np.float64), uk.astype(np.float64), theta, lat)
-        keys = None
-    cache[key] = (p_low, pos, inv, keys)
+    if "binary" not in cache:
+        cache["binary"] = (np.rint((qsum + ssum) / 2), np.rint((qsum - ssum) / 2))
+    uj, un_plus, un_minus, inv = _binary_samples(cache, ks)
+    uk = ks[uj]
+    uc = R.bootstrap_threshold(theta, uk, lat)
+    p_low = R.tail_binary(uk, un_plus, un_minus, uc)
+    pos = R.above((un_plus - un_minus).astype(np.float64), uk.astype(np.float64), theta, lat)
+    cache[key] = (p_low, pos, inv, (uk, un_plus, un_minus, uc))
     return cache[key]
 
 

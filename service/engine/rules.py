@@ -143,7 +143,7 @@ def conclude_binary(k, n_plus, n_minus, c, a, resamples: int) -> np.ndarray:
     def compute(k, n_plus, n_minus, c):
         return bootstrap_conclude_prob(T.tail_binary(k, n_plus, n_minus, c), n_plus - n_minus > c, a, big_b)
 
-    return T._memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
+    return T.memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
 
 
 def bootstrap_conclude_prob(p_low, pos, a, resamples: int):

@@ -7,7 +7,7 @@ draws from a case's observed histogram.
   transform summed over a window (the whole support, or a shorter one that holds the law
   but for a bounded mass);
 * ``tail_binary``: 0/1 tails through ``tail_lattice`` and a per-process memo
-  (``_memo_binary``): a replay meets the same few thousand samples millions of times.
+  (``memo_binary``): a replay meets the same few thousand samples millions of times.
 
 Tails within ``FAR_TAIL`` of 0 or 1 by Bernstein's inequality are taken as 0 or 1: they
 move no decision.
@@ -116,7 +116,7 @@ def _tails_now(k: np.ndarray, n_plus: np.ndarray, n_minus: np.ndarray, c: np.nda
     return vals
 
 
-def _memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_minus, c) -> np.ndarray:
+def memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_minus, c) -> np.ndarray:
     """``compute(k, n+, n-, c)`` per 0/1 sample through a per-process memo: chunks of one
     replay meet the same samples again.
 
@@ -163,8 +163,8 @@ def _memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_mi
 
 def tail_binary(k, n_plus, n_minus, c) -> np.ndarray:
     """``P(X - Y <= c)`` as ``tail_trinomial``, through the FFT convolution (about 3× faster)
-    and a per-process memo (``_memo_binary``)."""
-    return _memo_binary((), _tails_now, k, n_plus, n_minus, c)
+    and a per-process memo (``memo_binary``)."""
+    return memo_binary((), _tails_now, k, n_plus, n_minus, c)
 
 
 def _int_power(z: np.ndarray, n: int) -> np.ndarray:

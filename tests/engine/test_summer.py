@@ -84,7 +84,7 @@ def test_closed_forms_per_distinct_sample_equal_them_per_case():
     ks = np.array([3, 20, 61, 120])
     n_plus = rng.binomial(ks[None, None, :], 0.3, size=(6, 40, len(ks))).astype(np.float32)
     n_minus = rng.binomial((ks - n_plus).astype(np.int64), 0.4).astype(np.float32)
-    uj, up, um, inv = C._binary_samples({}, n_plus, n_minus, ks)
+    uj, up, um, inv = C._binary_samples({"binary": (n_plus, n_minus)}, ks)
     assert len(up) < n_plus.size / 2  # samples repeat: there is something to share
     np.testing.assert_array_equal(up[inv], n_plus)
     np.testing.assert_array_equal(um[inv], n_minus)
