@@ -14,8 +14,10 @@ fixed rate predicts it. Two measurements, best first:
    (``from_sample``), for one worker. It costs at most 2 x 20 / R of a chunk (8 % at 500
    orders; the second run finds the first one's tails), paid only by the first replay of its
    kind; it errs high rather than low. It is taken once the replay is stored and its job
-   sent (``service.create``), so the workers do not wait for it; where they share the API's
-   cores it takes a little longer, and errs higher.
+   sent (``service.create``), so the workers do not wait for it. It is timed in CPU seconds
+   of its own thread, on one BLAS thread as a worker runs: where the workers share the
+   API's cores they slow the sample down, and a wall clock would count that as replay
+   time (15x high instead of 4-5x on the 134 x 500 board, on a two-core host).
 
 Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
@@ -94,18 +96,20 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     twice the sampling cost."""
     from dataclasses import replace
 
+    from service.engine.blas import blas_single_thread
     from service.engine.replay import plan_replay, run_chunk
 
     k = max(1, plan.spec.orders // SAMPLE_ORDERS)
     small = plan if k == 1 else plan_replay(plan.records, replace(plan.spec, orders=plan.spec.orders // k))
     m = min(plan.n_pairs, chunk_pairs)
-    run_chunk(small, 0, 1)
-    start = time.perf_counter()
-    run_chunk(small, 0, m)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    run_chunk(small, 0, m)  # the same pairs again: what a process computes once is kept
-    again = time.perf_counter() - start
+    with blas_single_thread():  # all of the sample's work on this thread, whose CPU time is read
+        run_chunk(small, 0, 1)
+        start = time.thread_time()
+        run_chunk(small, 0, m)
+        first = time.thread_time() - start
+        start = time.thread_time()
+        run_chunk(small, 0, m)  # the same pairs again: what a process computes once is kept
+        again = time.thread_time() - start
     scale = plan.spec.orders / small.spec.orders
     return again * scale * plan.n_pairs / m + max(first - again, 0.0) * min(scale, ONE_TIME_GROWTH)
 
