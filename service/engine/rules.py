@@ -152,9 +152,17 @@ def bootstrap_conclude_prob(p_low, pos, a, resamples: int):
     the count of ``m* > θ`` ``<= floor(a·B)`` (when ``m <= θ``)."""
     big_b = int(resamples)
     c = math.floor(a * big_b + 1e-9)
-    # a replay's tails are mostly 0 or 1 and repeat: the binomial once per distinct value
-    vals, inv = np.unique(np.asarray(p_low, dtype=np.float64), return_inverse=True)
-    return np.where(pos, stats.binom.cdf(c, big_b, vals)[inv], stats.binom.sf(big_b - c - 1, big_b, vals)[inv])
+    p_low, pos = np.broadcast_arrays(np.asarray(p_low, dtype=np.float64), np.asarray(pos, dtype=bool))
+    out = np.empty(p_low.shape)
+    # each case needs one side; a replay's tails are mostly 0 or 1 and repeat: the binomial
+    # once per distinct value of each side
+    for side, binom in ((True, lambda v: stats.binom.cdf(c, big_b, v)),
+                        (False, lambda v: stats.binom.sf(big_b - c - 1, big_b, v))):
+        at = pos == side
+        if at.any():
+            vals, inv = np.unique(p_low[at], return_inverse=True)
+            out[at] = binom(vals)[inv]
+    return out
 
 
 def bootstrap_from_tail(p_low, pos, a, resamples, u=None):
