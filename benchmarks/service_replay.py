@@ -100,6 +100,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             t0 = time.monotonic()
             r = http.post("/v1/replays", json={"dataset_id": r.json()["id"], **spec})
             r.raise_for_status()
+            post_seconds = time.monotonic() - t0
             rid = r.json()["id"]
             while (state := http.get(f"/v1/replays/{rid}").json())["status"] not in ("succeeded", "failed"):
                 if time.monotonic() - t0 > timeout:
@@ -133,6 +134,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
         out = {
             "workers": workers,
             "seconds": round(elapsed, 1),
+            "post_seconds": round(post_seconds, 2),
+            "estimated_seconds": r.json().get("estimated_seconds"),
             "ratio_to_cli": round(elapsed / cli_seconds, 3),
             "n_pairs": state["n_pairs"],
             "n_chunks": state["n_chunks"],
@@ -144,7 +147,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             "one_system_pairs": one.json()["matched"],
         }
         print(
-            f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI; {state['n_pairs']} pairs in "
+            f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI (the POST answered in "
+            f"{post_seconds:.2f} s, estimate {out['estimated_seconds']} s); {state['n_pairs']} pairs in "
             f"{state['n_chunks']} chunks; worker peak RSS {out['worker_peak_rss_mb']} MB; report "
             f"{out['report_bytes_per_configuration'] / 1e3:.0f} kB per configuration (== CLI without rows: "
             f"{same_report}); pages == CLI rows: {same_pairs}; a page of {system}'s pairs in {page_ms:.0f} ms",
