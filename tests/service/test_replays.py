@@ -352,7 +352,21 @@ def test_embedded_restart_resumes_unfinished_replays(backend: dict) -> None:
         rid = _submit(c, upload(c, content)["id"], **spec)["id"]
         while c.get(f"/v1/replays/{rid}").json()["status"] == "queued":
             time.sleep(0.01)
-    # the app stopped mid-replay (its runner was shut down)
+    # the app stopped mid-replay (its runner was shut down): checked in the database, so that
+    # the second start has something to resume (a replay finished by then would test a read)
+    from sqlalchemy import text
+
+    from service.db import engine_for
+
+    engine = engine_for(settings)
+    key = {"id": rid.replace("-", "") if engine.dialect.name == "sqlite" else rid}  # how each stores a UUID
+    with engine.connect() as conn:
+        status = conn.execute(text("SELECT status FROM replays WHERE id = :id"), key).scalar_one()
+        undone = conn.execute(
+            text("SELECT count(*) FROM replay_chunks WHERE replay_id = :id AND status != 'done'"), key
+        ).scalar_one()
+    engine.dispose()
+    assert status == "running" and undone > 0, (status, undone)
     with TestClient(create_app(settings)) as c:
         done = wait_for(c, rid)
         assert done["status"] == "succeeded"
