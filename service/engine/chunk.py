@@ -354,9 +354,9 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                 dec = bootstrap_decisions(values, summer, ssum, qsum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u,
                                           hist_cache)
             elif rule == "bootstrap":
-                p_low, pos, inv, keys = _bootstrap_tail(ssum, qsum, ts.ks, theta, lat, hist_cache)
+                pos, inv, keys = _binary_bootstrap_samples(ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":
-                    dec = R.bootstrap_from_tail(p_low, pos, cfg.a, "exact")[inv]
+                    dec = R.exact_binary(*keys, pos, cfg.a)[inv]
                 else:
                     big_b = int(cfg.bootstrap)
                     q = R.conclude_binary(*keys, cfg.a, big_b)
@@ -481,15 +481,15 @@ def _binary_samples(cache: dict, ks: np.ndarray) -> tuple:
     return cache["samples"]
 
 
-def _bootstrap_tail(ssum: np.ndarray | None, qsum: np.ndarray | None, ks: np.ndarray, theta: float, lat: int,
-                    cache: dict) -> tuple:
-    """Exact resampling tails ``P(m* <= θ)`` per distinct 0/1 sample.
+def _binary_bootstrap_samples(ssum: np.ndarray | None, qsum: np.ndarray | None, ks: np.ndarray, theta: float,
+                              lat: int, cache: dict) -> tuple:
+    """The distinct 0/1 samples of a block, for the bootstrap at ``θ``.
 
-    Returns ``(p_low, pos, inverse, keys)``: tail and ``m > θ`` per distinct (k, n+, n-), each
-    case's index into them, and the samples' ``(k, n+, n-, c)`` (``rules.conclude_binary``'s
-    keys). A replay repeats the same few thousand samples millions of times, so every tail is
-    computed once. The counts are the block's packed ones, or (past ``_PACK`` tasks) split off
-    the sums of d and d².
+    Returns ``(pos, inverse, keys)``: ``m > θ`` per distinct (k, n+, n-), each case's index
+    into them, and the samples' ``(k, n+, n-, c)`` (the keys of ``rules.exact_binary`` and
+    ``rules.conclude_binary``, which look their tails up in a per-process memo: a replay
+    repeats the same few thousand samples millions of times). The counts are the block's
+    packed ones, or (past ``_PACK`` tasks) split off the sums of d and d².
     """
     key = f"{theta!r}"
     if key in cache:
@@ -499,9 +499,8 @@ def _bootstrap_tail(ssum: np.ndarray | None, qsum: np.ndarray | None, ks: np.nda
     uj, un_plus, un_minus, inv = _binary_samples(cache, ks)
     uk = ks[uj]
     uc = R.bootstrap_threshold(theta, uk, lat)
-    p_low = R.tail_binary(uk, un_plus, un_minus, uc)
     pos = R.above((un_plus - un_minus).astype(np.float64), uk.astype(np.float64), theta, lat)
-    cache[key] = (p_low, pos, inv, (uk, un_plus, un_minus, uc))
+    cache[key] = (pos, inv, (uk, un_plus, un_minus, uc))
     return cache[key]
 
 

@@ -16,7 +16,6 @@ decision on the exact tail: the answers are those of computing every tail exactl
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
@@ -155,52 +154,6 @@ class Tails:
         return d_lo
 
 
-def _chernoff_edge(big_b: int, c: int, upper: bool, tiny: float) -> float:
-    """For ``X ~ Bin(B, p)``: the largest ``p`` with ``P(X > c) < tiny`` (``upper``) or the
-    smallest with ``P(X <= c) < tiny``, by Chernoff's ``exp(-B·KL(x/B || p))`` and bisection."""
-
-    def kl(x: float, p: float) -> float:
-        out = 0.0
-        if x > 0:
-            out += x * math.log(x / p)
-        if x < 1:
-            out += (1 - x) * math.log((1 - x) / (1 - p))
-        return out
-
-    if upper:
-        x = (c + 1) / big_b
-        if x > 1:
-            return 1.0  # X > c is impossible
-        lo, hi = 0.0, x  # bound holds for p < x
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            if mid > 0 and math.exp(-big_b * kl(x, mid)) < tiny:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-    x = c / big_b
-    if x < 0:
-        return 0.0  # X <= c is impossible
-    lo, hi = x, 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid < 1 and math.exp(-big_b * kl(x, mid)) < tiny:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-@lru_cache(maxsize=64)
-def _saturation(a: float, big_b: int) -> tuple[float, float]:
-    """``(p1, p0)`` for the finite-B rule: below ``p1`` the chance to conclude is within
-    ``2^-54`` of 1 (every uniform ``u < 1`` concludes), above ``p0`` it is below ``2^-60``
-    (every ``u > 0`` defers). ``p`` is the tail on the wrong side (``p_low`` when ``m > θ``)."""
-    c = math.floor(a * big_b + 1e-9)
-    return _chernoff_edge(big_b, c, True, 2.0**-55), _chernoff_edge(big_b, c, False, 2.0**-61)  # with margin
-
-
 _GRID = 4096
 """Points of the table of ``P(conclude)`` against the wrong-side tail, for finite ``B``."""
 
@@ -209,7 +162,7 @@ _GRID = 4096
 def _conclude_table(a: float, big_b: int) -> tuple[np.ndarray, np.ndarray]:
     """``P(conclude)`` of the finite-B rule (``rules.bootstrap_conclude_prob``) on a grid of
     the wrong-side tail ``w`` between the saturation points, decreasing in ``w``."""
-    p1, p0 = _saturation(a, big_b)
+    p1, p0 = R.saturation(a, big_b)
     w = np.linspace(p1, p0, _GRID)
     q = R.bootstrap_conclude_prob(w, np.ones(_GRID, dtype=bool), a, big_b)
     w.flags.writeable = False
@@ -269,7 +222,7 @@ def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
     so ``q[j_hi] <= P(conclude) <= q[j_lo]``. A margin of 1e-12 on ``u`` absorbs rounding in
     the table. One look-up per case and stage replaces a binomial CDF per case and stage.
     """
-    p1, p0 = _saturation(a, big_b)
+    p1, p0 = R.saturation(a, big_b)
     _, q = _conclude_table(a, big_b)
     scale = (_GRID - 1) / (p0 - p1) if p0 > p1 else 0.0
     top = _GRID - 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import special, stats
@@ -133,17 +134,86 @@ def bootstrap_threshold(theta: float, k: np.ndarray, lattice: int) -> np.ndarray
     return np.floor(theta * np.asarray(k, dtype=np.float64) * lattice + TOL).astype(np.int64)
 
 
+def _chernoff_edge(big_b: int, c: int, upper: bool, tiny: float) -> float:
+    """For ``X ~ Bin(B, p)``: the largest ``p`` with ``P(X > c) < tiny`` (``upper``) or the
+    smallest with ``P(X <= c) < tiny``, by Chernoff's ``exp(-B·KL(x/B || p))`` and bisection."""
+
+    def kl(x: float, p: float) -> float:
+        out = 0.0
+        if x > 0:
+            out += x * math.log(x / p)
+        if x < 1:
+            out += (1 - x) * math.log((1 - x) / (1 - p))
+        return out
+
+    if upper:
+        x = (c + 1) / big_b
+        if x > 1:
+            return 1.0  # X > c is impossible
+        lo, hi = 0.0, x  # bound holds for p < x
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if mid > 0 and math.exp(-big_b * kl(x, mid)) < tiny:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    x = c / big_b
+    if x < 0:
+        return 0.0  # X <= c is impossible
+    lo, hi = x, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid < 1 and math.exp(-big_b * kl(x, mid)) < tiny:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@lru_cache(maxsize=64)
+def saturation(a: float, big_b: int) -> tuple[float, float]:
+    """``(p1, p0)`` for the finite-B rule: below ``p1`` the chance to conclude is within
+    ``2^-54`` of 1 (every uniform ``u < 1`` concludes), above ``p0`` it is below ``2^-60``
+    (every ``u > 0`` defers). ``p`` is the tail on the wrong side (``p_low`` when ``m > θ``)."""
+    c = math.floor(a * big_b + 1e-9)
+    return _chernoff_edge(big_b, c, True, 2.0**-55), _chernoff_edge(big_b, c, False, 2.0**-61)  # with margin
+
+
 def conclude_binary(k, n_plus, n_minus, c, a, resamples: int) -> np.ndarray:
     """``bootstrap_conclude_prob`` of 0/1 samples (``m > θ`` iff ``n+ - n- > c``), memoized
     as their tails are: a replay's blocks ask for the same tens of thousands of them again,
     and the binomial is as costly as looking the tail up."""
     big_b = int(resamples)
     c_max = math.floor(a * big_b + 1e-9)  # all that the rule takes of a
+    p1 = saturation(a, big_b)[0]
 
     def compute(k, n_plus, n_minus, c):
-        return bootstrap_conclude_prob(T.tail_binary(k, n_plus, n_minus, c), n_plus - n_minus > c, a, big_b)
+        # a wrong-side tail below p1 concludes for every uniform (the binomial is 1 to rounding):
+        # Chernoff's bound says so for most samples, without their tail
+        q = np.ones(len(k))
+        need = np.flatnonzero(T.chernoff_binary(k, n_plus, n_minus, c) > p1)
+        if len(need):
+            kk, npl, nmi, cc = k[need], n_plus[need], n_minus[need], c[need]
+            q[need] = bootstrap_conclude_prob(T.tail_binary(kk, npl, nmi, cc), npl - nmi > cc, a, big_b)
+        return q
 
     return T.memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
+
+
+def exact_binary(k, n_plus, n_minus, c, pos, a) -> np.ndarray:
+    """``bootstrap_from_tail(..., "exact")`` of 0/1 samples: a sample whose wrong-side tail
+    Chernoff's bound puts at or below ``a`` concludes whatever its exact value, so only the
+    others need their tail (about a fifth of a board's)."""
+    k, n_plus, n_minus, c = (np.asarray(x, dtype=np.int64) for x in (k, n_plus, n_minus, c))
+    pos = np.asarray(pos, dtype=bool)
+    sure = (T.chernoff_binary(k, n_plus, n_minus, c) <= a) & (pos == (n_plus - n_minus > c))
+    dec = np.where(pos, ACCEPT, REJECT).astype(np.int8)
+    need = np.flatnonzero(~sure)
+    if len(need):
+        p_low = T.tail_binary(k[need], n_plus[need], n_minus[need], c[need])
+        dec[need] = bootstrap_from_tail(p_low, pos[need], a, "exact")
+    return dec
 
 
 def bootstrap_conclude_prob(p_low, pos, a, resamples: int):

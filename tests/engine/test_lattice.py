@@ -119,7 +119,7 @@ def test_every_bracket_contains_the_exact_tail(vi):
 
 def test_saturation_edges_are_safe():
     for a, big_b in [(0.05, 200), (0.1, 50), (0.01, 1000), (0.05, 1), (0.5, 7)]:
-        p1, p0 = LD._saturation(a, big_b)
+        p1, p0 = R.saturation(a, big_b)
         c = math.floor(a * big_b + 1e-9)
         assert p1 <= p0
         assert stats.binom.sf(c, big_b, p1) < 2.0**-54  # conclude for every u < 1
