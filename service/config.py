@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     max_concurrent_uploads: int = Field(
         default=2, ge=1, description="Uploads parsed at once per process (each peaks at ~17x its bytes); others wait."
     )
+    upload_slot_wait_seconds: float = Field(
+        default=30.0, gt=0, description="How long a received upload waits for a parsing slot before a 503 (retry)."
+    )
     parse_process_bytes: int = Field(
         default=1024 * 1024, ge=0, description="Uploads larger than this are parsed in a separate process."
     )

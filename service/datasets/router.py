@@ -48,8 +48,6 @@ class Upload:
 SPOOL_MEMORY_BYTES = 1024 * 1024
 """Past this, an upload being received goes to a temporary file (a slow client holds disk,
 not memory)."""
-SLOT_WAIT_S = 30.0
-"""How long a received upload waits for a parsing slot before a 503 (retry)."""
 RECEIVE_CHUNK = 64 * 1024
 
 
@@ -80,13 +78,14 @@ async def _spool_body(request: Request, limit: int) -> SpooledTemporaryFile:
 @asynccontextmanager
 async def _parsing_slot(request: Request) -> AsyncIterator[None]:
     """One of ``max_concurrent_uploads`` slots for the memory-heavy part (multipart, parsing,
-    storing): uploads beyond that wait, and after ``SLOT_WAIT_S`` are told to retry (503)."""
+    storing): uploads beyond that wait, and after ``upload_slot_wait_seconds`` are told to retry
+    (503)."""
     state = request.app.state
     slots = getattr(state, "upload_slots", None)
     if slots is None:
         slots = state.upload_slots = asyncio.Semaphore(state.settings.max_concurrent_uploads)
     try:
-        await asyncio.wait_for(slots.acquire(), SLOT_WAIT_S)
+        await asyncio.wait_for(slots.acquire(), state.settings.upload_slot_wait_seconds)
     except TimeoutError:
         raise ServiceUnavailable("too many uploads are being processed; retry shortly",
                                  headers={"Retry-After": "5"}) from None

@@ -37,6 +37,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
         max_connections=60,
         max_upload_bytes=4 * 1024 * 1024,
         max_concurrent_uploads=2,
+        upload_slot_wait_seconds=600,  # 16 parses two at a time can pass 30 s on a slow, busy host
     )
     proc = procs.start(["serve", "--port", str(port), "--log-level", "warning"], env, tmp_path / "serve.log")
     try:
@@ -171,7 +172,7 @@ def test_concurrent_uploads_held_open_hold_disk_not_memory(served: tuple[str, in
 
 
 def _recv_all_until_header(s: socket.socket) -> bytes:
-    s.settimeout(60)
+    s.settimeout(300)
     out = b""
     while b"\r\n\r\n" not in out:
         chunk = s.recv(65536)
@@ -179,6 +180,44 @@ def _recv_all_until_header(s: socket.socket) -> bytes:
             break
         out += chunk
     return out
+
+
+def test_an_upload_that_waits_too_long_for_a_parsing_slot_is_told_to_retry(tmp_path: Path) -> None:
+    """One parsing slot and a wait of 0.05 s: of two 3.5 MB uploads released together, one is
+    parsed and stored, the other answers 503 with ``Retry-After`` (its bytes are not lost: the
+    client sends them again), and a retry is stored as the same dataset."""
+    port = procs.free_port()
+    env = procs.env_for(data_dir=tmp_path / "data", max_upload_bytes=4 * 1024 * 1024, max_concurrent_uploads=1,
+                        upload_slot_wait_seconds=0.05)
+    proc = procs.start(["serve", "--port", str(port), "--log-level", "warning"], env, tmp_path / "serve.log")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        procs.wait_http(f"{base}/healthz", proc=proc)
+        content = synth_csv(n_systems=32, n_tasks=2000)
+        boundary = "slot"
+        body = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.csv"\r\n'
+            "Content-Type: text/csv\r\n\r\n"
+        ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
+        held = []
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall((f"POST /v1/datasets HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                       f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n").encode() + body[:-100])
+            held.append(s)
+        time.sleep(0.5)
+        for s in held:
+            s.sendall(body[-100:])
+        heads = [_recv_all_until_header(s) for s in held]
+        for s in held:
+            s.close()
+        codes = sorted(int(h.split(b" ", 2)[1]) for h in heads)
+        assert codes == [201, 503], codes
+        assert b"retry-after: 5" in next(h for h in heads if b" 503 " in h).lower()
+        retry = httpx.post(f"{base}/v1/datasets", files={"file": ("b.csv", content, "text/csv")}, timeout=120)
+        assert retry.status_code == 200  # the same bytes as the stored one: the same dataset
+    finally:
+        procs.stop(proc)
 
 
 def test_x_forwarded_for_is_trusted_only_when_configured(tmp_path: Path) -> None:

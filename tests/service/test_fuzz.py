@@ -36,7 +36,7 @@ from tests.service.conftest import make_settings, synth_csv
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 RANDOM = bool(os.environ.get("SUFFICIENCY_FUZZ_RANDOM"))  # explore beyond the fixed examples
-EXAMPLES = int(os.environ.get("SUFFICIENCY_FUZZ_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("SUFFICIENCY_FUZZ_EXAMPLES", "20"))
 HANG = 60.0  # seconds without an answer: the request hangs
 
 
