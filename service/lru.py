@@ -81,7 +81,8 @@ class LRU(Generic[K, V]):
             return key in self._items
 
     def __len__(self) -> int:
-        return len(self._items)
+        with self._lock:  # not between a put's insert and its eviction (one entry over the bound)
+            return len(self._items)
 
     def keys(self) -> list[K]:
         """The keys, least recently used first (a copy)."""

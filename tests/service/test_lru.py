@@ -103,3 +103,20 @@ def test_get_or_load_loads_once_however_many_threads_miss_together() -> None:
     with pytest.raises(KeyError):  # a failed load stores nothing and raises to its caller
         cache.get_or_load("bad", lambda: {}["missing"])
     assert "bad" not in cache
+
+
+def test_len_is_never_read_in_the_middle_of_a_put() -> None:
+    """A put inserts, then evicts, under the lock: ``len`` taken meanwhile would be one over
+    the bound (seen once under CI, by the test above). Here the test holds the lock with the
+    map one over, as a put would: ``len`` must wait for it."""
+    cache: LRU[int, int] = LRU(2)
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.append(len(cache)))
+    with cache._lock:
+        cache._items.update({1: 1, 2: 2, 3: 3})
+        reader.start()
+        reader.join(0.2)
+        assert not got  # still waiting
+        cache._items.popitem(last=False)
+    reader.join(5)
+    assert got == [2]
