@@ -356,7 +356,7 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
             elif rule == "bootstrap":
                 pos, inv, keys = _binary_bootstrap_samples(ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":
-                    dec = R.exact_binary(*keys, pos, cfg.a)[inv]
+                    dec = R.exact_binary(*keys, cfg.a)[inv]
                 else:
                     big_b = int(cfg.bootstrap)
                     q = R.conclude_binary(*keys, cfg.a, big_b)

@@ -201,15 +201,14 @@ def conclude_binary(k, n_plus, n_minus, c, a, resamples: int) -> np.ndarray:
     return T.memo_binary(("conclude", big_b, c_max), compute, k, n_plus, n_minus, c)
 
 
-def exact_binary(k, n_plus, n_minus, c, pos, a) -> np.ndarray:
-    """``bootstrap_from_tail(..., "exact")`` of 0/1 samples: a sample whose wrong-side tail
-    Chernoff's bound puts at or below ``a`` concludes whatever its exact value, so only the
-    others need their tail (about a fifth of a board's)."""
+def exact_binary(k, n_plus, n_minus, c, a) -> np.ndarray:
+    """``bootstrap_from_tail(..., "exact")`` of 0/1 samples (``m > θ`` iff ``n+ - n- > c``): a
+    sample whose wrong-side tail Chernoff's bound puts at or below ``a`` concludes whatever its
+    exact value, so only the others need their tail (about a fifth of a board's)."""
     k, n_plus, n_minus, c = (np.asarray(x, dtype=np.int64) for x in (k, n_plus, n_minus, c))
-    pos = np.asarray(pos, dtype=bool)
-    sure = (T.chernoff_binary(k, n_plus, n_minus, c) <= a) & (pos == (n_plus - n_minus > c))
+    pos = n_plus - n_minus > c
     dec = np.where(pos, ACCEPT, REJECT).astype(np.int8)
-    need = np.flatnonzero(~sure)
+    need = np.flatnonzero(T.chernoff_binary(k, n_plus, n_minus, c) > a)
     if len(need):
         p_low = T.tail_binary(k[need], n_plus[need], n_minus[need], c[need])
         dec[need] = bootstrap_from_tail(p_low, pos[need], a, "exact")

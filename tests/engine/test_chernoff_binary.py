@@ -75,7 +75,7 @@ def test_exact_binary_decides_as_the_exact_tail_does(a):
     k, n_plus, n_minus, c = _samples(rng, 1500, k_max=200)
     pos = n_plus - n_minus > c
     want = R.bootstrap_from_tail(R.tail_trinomial(k, n_plus, n_minus, c), pos, a, "exact")
-    got = R.exact_binary(k, n_plus, n_minus, c, pos, a)
+    got = R.exact_binary(k, n_plus, n_minus, c, a)
     np.testing.assert_array_equal(got, want)
     skipped = T.chernoff_binary(k, n_plus, n_minus, c) <= a
     assert 0.2 < skipped.mean() < 0.95  # the bound decides many, not all
