@@ -60,9 +60,11 @@ def test_the_bound_holds_on_every_sample_and_is_sharp_in_the_far_tails():
 
 
 def test_point_laws_and_one_sided_laws_are_exact_or_bounded():
-    # all draws +1: S = k, P(S <= c) = 0 for c < k; no +1 draws at all: nothing to bound (1)
+    # tails that are exactly 0, reached as t -> inf: all draws +1 (S = k, P(S <= 3) = 0); all
+    # draws 0 (P(S <= -1) = 0); no +1 draws with the mean below c + 1 (P(S >= 1) = 0)
     assert T.chernoff_binary(10, 10, 0, 3) < 1e-100
-    assert T.chernoff_binary(10, 0, 0, -1) <= 1.0
+    assert T.chernoff_binary(10, 0, 0, -1) < 1e-100
+    assert T.chernoff_binary(40, 0, 12, 0) < 1e-100
     # {0, +1} only and c = 0: P(S <= 0) = p0^k, which the bound reaches
     k, n_plus = 50, 15
     assert T.chernoff_binary(k, n_plus, 0, 0) == pytest.approx(0.7**50, rel=1e-8)
