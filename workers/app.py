@@ -73,7 +73,8 @@ class _ProcessState:
                 session.execute(text("SELECT 1"))
         except Exception:
             log.warning("could not reach the database to warm the worker", exc_info=True)
-        self.runner.warm()
+        if self.runner is not None:  # None only if the context itself could not be built
+            self.runner.warm()
 
 
 def create_worker_app(settings: Settings) -> Celery:
