@@ -213,35 +213,59 @@ def bootstrap_decisions(
     return tails.settle(decide).reshape(ssum.shape)
 
 
+_U_GRID = 1 << 16
+"""Cells of the uniform's range in the tables of ``_finite_b_decide``."""
+
+
+@lru_cache(maxsize=16)  # 1 MB each
+def _threshold_tables(a: float, big_b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell ``[i/U, (i+1)/U)`` of the uniform: the largest wrong-side tail at which every
+    uniform of the cell surely concludes, and the least at which every one (above 0) surely
+    defers, both grid points of ``_conclude_table`` (so ``w <= W`` compares floats exactly).
+
+    ``P(conclude)`` decreases in the tail, so ``w <= w_j`` gives ``P(w) >= q_j``: ``u < q_j -
+    1e-12`` concludes (the margin absorbs the table's rounding); ``w >= w_j`` and ``u >= q_j +
+    1e-12`` defers. Monotone envelopes of ``q`` keep both rules sound should rounding make it
+    rise somewhere; each cell takes the threshold of its least favourable end. Below ``p1``
+    every ``u < 1`` concludes, above ``p0`` every ``u > 0`` defers (``rules.saturation``)."""
+    w, q = _conclude_table(a, big_b)
+    q_lo = np.minimum.accumulate(q) - 1e-12  # <= q, nonincreasing
+    q_hi = np.maximum.accumulate(q[::-1])[::-1] + 1e-12  # >= q, nonincreasing
+    v = np.arange(_U_GRID + 1) / _U_GRID
+    # largest j with u < q_lo[j] for every u of the cell: for u = its upper end
+    n_conclude = len(q) - np.searchsorted(q_lo[::-1], v[1:], side="right")
+    conclude = np.where(n_conclude > 0, w[np.maximum(n_conclude - 1, 0)], w[0])
+    # least j with u >= q_hi[j] for every u of the cell: for u = its lower end
+    n_defer = np.searchsorted(q_hi[::-1], v[:-1], side="right")
+    defer = np.where(n_defer > 0, w[len(q) - np.maximum(n_defer, 1)], w[-1])
+    conclude.flags.writeable = False
+    defer.flags.writeable = False
+    return conclude, defer
+
+
 def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
-    """The finite-B decision as a function of a tail bound: ``u < P(conclude)``, read off the
-    table where one cell settles it and evaluated exactly only where it cannot.
+    """The finite-B decision as a function of a tail bound: ``u < P(conclude)``, settled by
+    comparing the wrong-side tail with two thresholds of the case's uniform
+    (``_threshold_tables``, looked up once per case) and evaluated exactly only in between.
 
-    ``P(conclude)`` decreases in the wrong-side tail ``w``; for ``w`` in the table's range, the
-    grid points three cells around its index bracket ``w`` whatever the rounding of the index,
-    so ``q[j_hi] <= P(conclude) <= q[j_lo]``. A margin of 1e-12 on ``u`` absorbs rounding in
-    the table. One look-up per case and stage replaces a binomial CDF per case and stage.
-    """
-    p1, p0 = R.saturation(a, big_b)
-    _, q = _conclude_table(a, big_b)
-    scale = (_GRID - 1) / (p0 - p1) if p0 > p1 else 0.0
-    top = _GRID - 1
-
+    Each stage then costs a few comparisons per case instead of a table look-up, and a
+    binomial CDF only for the cases within a grid cell of their breakpoint."""
+    sure_c, sure_d = _threshold_tables(a, big_b)
+    cell = (u * _U_GRID).astype(np.intp)
+    np.clip(cell, 0, _U_GRID - 1, out=cell)
+    w_conclude = sure_c[cell]
+    w_defer = np.where(u > 0, sure_d[cell], np.inf)  # u = 0 concludes wherever P(conclude) > 0
     sign = np.array([R.REJECT, R.ACCEPT], dtype=np.int8)  # by pos
 
     def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
-        ps, ui = pos[i], u[i]
+        ps = pos[i]
         wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
-        g = np.floor((wrong - p1) * scale)
-        np.clip(g, -2.0, float(top), out=g)
-        gi = g.astype(np.intp)
-        j_lo = np.maximum(gi - 1, 0)
-        j_hi = np.clip(gi + 2, 0, top)
-        conclude = (wrong <= p1) | ((wrong <= p0) & (ui < q[j_hi] - 1e-12))
-        defer = ((wrong >= p0) & (ui > 0)) | ((wrong >= p1) & (ui >= q[j_lo] + 1e-12))
+        conclude = wrong <= w_conclude[i]
+        defer = wrong >= w_defer[i]
         mid = np.flatnonzero(~(conclude | defer))
         if len(mid):
-            conclude[mid] = ui[mid] < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
+            at = mid if isinstance(i, slice) else i[mid]
+            conclude[mid] = u[at] < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
         out = sign[ps.view(np.uint8)]
         out[~conclude] = R.DEFER
         return out

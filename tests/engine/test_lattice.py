@@ -299,3 +299,55 @@ def test_count_values_packs_exact_counts_and_words_that_code_rows(n_tasks):
     same_words = word_id.ravel()[:, None] == word_id.ravel()[None, :]
     np.testing.assert_array_equal(same_rows, same_words)
     assert len(np.unique(row_id)) > 10  # the check sees many different rows
+
+
+@pytest.mark.parametrize(("a", "big_b"), [(0.05, 200), (0.1, 50), (0.01, 1000), (0.5, 7)])
+def test_finite_b_thresholds_are_sound_at_both_ends_of_every_cell(a, big_b):
+    """Where ``_finite_b_decide`` concludes or defers without a binomial, the binomial agrees:
+    checked against scipy at the thresholds themselves and at both ends of the uniform's cell
+    (the least favourable points: a table that took a cell's other end, or a grid point one
+    cell off, fails here)."""
+    sure_c, sure_d = LD._threshold_tables(a, big_b)
+    c = math.floor(a * big_b + 1e-9)
+    rng = np.random.default_rng(big_b)
+    cells = np.r_[0, LD._U_GRID - 1, rng.integers(0, LD._U_GRID, 3000)]
+    u_ends = np.concatenate([cells / LD._U_GRID, np.nextafter((cells + 1) / LD._U_GRID, 0.0)])
+    cell = np.tile(cells, 2)
+    for w, says_conclude in ((sure_c[cell], True), (sure_d[cell], False)):
+        p_conclude = stats.binom.cdf(c, big_b, w)
+        if says_conclude:
+            assert np.all(u_ends < p_conclude)
+        else:
+            sure = u_ends > 0
+            assert np.all(u_ends[sure] >= p_conclude[sure])
+    # the thresholds are tight: a cell's conclude and defer points are a few grid cells apart
+    p1, p0 = R.saturation(a, big_b)
+    assert np.all(sure_c <= sure_d)
+    assert np.quantile(sure_d - sure_c, 0.99) <= 4 * (p0 - p1) / (LD._GRID - 1)
+
+
+def test_finite_b_decide_matches_the_binomial_on_every_case():
+    """The decision for any tail and uniform equals ``u < P(conclude)`` from scipy, on both
+    sides (``pos``), at the saturation points, at u = 0 and near the thresholds."""
+    a, big_b = 0.05, 200
+    rng = np.random.default_rng(3)
+    p1, p0 = R.saturation(a, big_b)
+    sure_c, sure_d = LD._threshold_tables(a, big_b)
+    n = 40_000
+    u = rng.random(n)
+    u[:50] = 0.0
+    cell = np.clip((u * LD._U_GRID).astype(int), 0, LD._U_GRID - 1)
+    wrong = rng.uniform(0, 0.2, n)
+    wrong[50:2000:3] = sure_c[cell[50:2000:3]]
+    wrong[51:2000:3] = sure_d[cell[51:2000:3]]
+    wrong[52:2000:3] = np.nextafter(sure_c[cell[52:2000:3]], 1.0)
+    wrong[2000:2100] = p1
+    wrong[2100:2200] = p0
+    pos = rng.random(n) < 0.5
+    p_low = np.where(pos, wrong, 1.0 - wrong)
+    got = LD._finite_b_decide(a, big_b, pos, u)(p_low, slice(None))
+    conclude = u < R.bootstrap_conclude_prob(p_low, pos, a, big_b)  # (scipy's binomial, either side)
+    want = np.where(conclude, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER)
+    np.testing.assert_array_equal(got, want)
+    idx = rng.permutation(n)[: n // 2]  # through an index, as a later stage calls it
+    np.testing.assert_array_equal(LD._finite_b_decide(a, big_b, pos, u)(p_low[idx], idx), want[idx])
