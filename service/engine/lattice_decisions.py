@@ -264,8 +264,8 @@ def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
         defer = wrong >= w_defer[i]
         mid = np.flatnonzero(~(conclude | defer))
         if len(mid):
-            at = mid if isinstance(i, slice) else i[mid]
-            conclude[mid] = u[at] < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
+            ui = u[i][mid] if isinstance(i, slice) else u[i[mid]]  # (a slice is a view)
+            conclude[mid] = ui < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
         out = sign[ps.view(np.uint8)]
         out[~conclude] = R.DEFER
         return out
