@@ -8,10 +8,13 @@ pairs are chunked.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 
-from service.engine.blas import one_blas_thread
-from service.engine.chunk import ChunkResult, Progress, run_chunk
+from service.engine.blas import blas_single_thread, one_blas_thread
+from service.engine.chunk import ChunkResult, Progress, lattice_valued, run_chunk
 from service.engine.malloc import keep_freed_memory
 from service.engine.metrics import build_report, sufficiency_table
 from service.engine.plan import Plan, plan_replay
@@ -37,19 +40,65 @@ def _worker(args: tuple) -> bytes:
     return run_chunk(Plan(records, spec), start, stop).to_bytes()
 
 
+MAX_THREADS = 4
+"""Threads of a lone replay of lattice-valued records (``_lone_threads``); past a few, the
+interpreter's lock leaves them waiting."""
+
+
+def _lone_threads(plan: Plan) -> int:
+    """Threads on which a one-process replay (``jobs=1``) runs its chunks: the cores it may
+    use, for lattice-valued records only. Their bootstrap runs on one BLAS thread (its
+    products are small), so such a replay would use one core where a 0/1 replay's products
+    use them all through BLAS; numpy releases the interpreter's lock in the array work, so
+    chunks side by side use the others. An ``OPENBLAS_NUM_THREADS`` in the environment (an
+    operator's, or ``one_blas_thread``'s in a process that replays beside others) caps it."""
+    if not lattice_valued(plan):
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    cap = os.environ.get("OPENBLAS_NUM_THREADS", "")
+    if cap.isdigit() and int(cap) > 0:
+        cores = min(cores, int(cap))
+    return max(1, min(cores, MAX_THREADS))
+
+
+def _in_threads(plan: Plan, bounds: list[tuple[int, int]], threads: int,
+                progress: Progress | None) -> list[ChunkResult]:
+    """``run_chunk`` over ``bounds`` on ``threads`` threads, results in the order of ``bounds``
+    (the report does not depend on which thread ran what)."""
+    import concurrent.futures as cf
+
+    lock = threading.Lock()
+
+    def heard(n: int) -> None:  # one caller at a time: a callback need not be thread-safe
+        with lock:
+            progress(n)  # type: ignore[misc]
+
+    # one BLAS thread set once around the pool: the chunks' own (nested) settings then
+    # change nothing, whichever order the threads enter and leave them
+    with blas_single_thread(), cf.ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda ab: run_chunk(plan, ab[0], ab[1], heard if progress else None), bounds))
+
+
 def total_cases(plan: Plan) -> int:
     return plan.n_pairs * len(plan.configs) * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets)
 
 
 def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Progress | None = None,
                chunks: int | None = None, per_pair: bool = True) -> dict:
-    """Plan, replay every chunk (in ``jobs`` processes) and build the report.
+    """Plan, replay every chunk (in ``jobs`` processes; with one, lattice-valued records on
+    the process's cores, ``_lone_threads``) and build the report.
 
     The report does not depend on ``jobs`` or ``chunks``.
     """
     plan = plan_replay(records, spec)
-    bounds = _chunk_bounds(plan.n_pairs, chunks or max(1, jobs) * 4)
-    if jobs <= 1:
+    threads = _lone_threads(plan) if jobs <= 1 else 1
+    bounds = _chunk_bounds(plan.n_pairs, chunks or max(1, jobs, threads) * 4)
+    if jobs <= 1 and threads > 1:
+        results = _in_threads(plan, bounds, threads, progress)
+    elif jobs <= 1:
         results = [run_chunk(plan, a, b, progress) for a, b in bounds]
     else:
         import concurrent.futures as cf

@@ -1,0 +1,54 @@
+"""A one-process replay of lattice-valued records runs its chunks on several threads
+(``replay._lone_threads``): the report must not change, and progress must reach the caller
+whole even when the caller's callback is not thread-safe."""
+
+from __future__ import annotations
+
+import time
+
+from service import examples
+from service.engine import replay as RP
+from service.engine.records import from_rows, load_records
+from service.engine.replay import plan_replay, run_replay, total_cases
+from service.engine.spec import make_spec
+from service.engine.synth import generate
+
+
+def _fractional():
+    rows = generate(n_systems=6, n_tasks=60, n_groups=4, seed=3, fractional=True, cost=False)
+    return from_rows(rows)
+
+
+def _spec():
+    return make_spec(policies=["coverage_bootstrap", "anytime_coverage", "serfling_coverage"], deltas=[0, 5],
+                     orders=60, bootstrap=[200, "exact"])
+
+
+def test_threads_only_for_lattice_records_and_capped_by_the_environment(monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setattr(RP.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    lattice = plan_replay(_fractional(), _spec())
+    binary = plan_replay(load_records(str(examples.path())), make_spec(policies=["coverage_bootstrap"]))
+    assert RP._lone_threads(lattice) == RP.MAX_THREADS
+    assert RP._lone_threads(binary) == 1  # its BLAS products use the cores already
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # a process that replays beside others
+    assert RP._lone_threads(lattice) == 1
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert RP._lone_threads(lattice) == 2
+
+
+def test_threaded_report_equals_the_serial_one_and_progress_adds_up(monkeypatch):
+    records, spec = _fractional(), _spec()
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 1)
+    serial = run_replay(records, spec, chunks=6)
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 3)
+    state = [0]
+
+    def racy(n: int) -> None:  # read, yield, write: loses updates if two threads call it at once
+        seen = state[0]
+        time.sleep(0)
+        state[0] = seen + n
+
+    threaded = run_replay(records, spec, chunks=6, progress=racy)
+    assert threaded == serial
+    assert state[0] == total_cases(plan_replay(records, spec))
