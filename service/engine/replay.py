@@ -78,8 +78,13 @@ def _in_threads(plan: Plan, bounds: list[tuple[int, int]], threads: int,
 
     # one BLAS thread set once around the pool: the chunks' own (nested) settings then
     # change nothing, whichever order the threads enter and leave them
-    with blas_single_thread(), cf.ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(lambda ab: run_chunk(plan, ab[0], ab[1], heard if progress else None), bounds))
+    with blas_single_thread():
+        pool = cf.ThreadPoolExecutor(max_workers=threads)
+        try:
+            futures = [pool.submit(run_chunk, plan, a, b, heard if progress else None) for a, b in bounds]
+            return [f.result() for f in futures]
+        finally:  # on an error or Ctrl-C the chunks not started are dropped, not run to the end
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def total_cases(plan: Plan) -> int:

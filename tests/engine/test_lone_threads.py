@@ -52,3 +52,28 @@ def test_threaded_report_equals_the_serial_one_and_progress_adds_up(monkeypatch)
     threaded = run_replay(records, spec, chunks=6, progress=racy)
     assert threaded == serial
     assert state[0] == total_cases(plan_replay(records, spec))
+
+
+def test_a_failing_chunk_stops_the_threaded_replay(monkeypatch):
+    """An error in one chunk (or Ctrl-C in the caller) reaches the caller, and the chunks not
+    yet started are dropped instead of run to the end first."""
+    records, spec = _fractional(), _spec()
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 2)
+    started: list[int] = []
+    real = RP.run_chunk
+
+    def failing(plan, start, stop, progress=None):
+        started.append(start)
+        if len(started) == 1:
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+        return real(plan, start, stop, progress)
+
+    monkeypatch.setattr(RP, "run_chunk", failing)
+    try:
+        run_replay(records, spec, chunks=30)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt did not reach the caller")
+    assert len(started) < 10  # not all 30 chunks
