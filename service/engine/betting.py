@@ -221,6 +221,20 @@ class _Wealth:
         up, dn = _log_wealth(self.x[None, :], c, *_bets(g, c))
         return up[:, -1], dn[:, -1]
 
+    def sides(self, mu_up: np.ndarray, mu_dn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``ln K⁺`` at ``mu_up`` and ``ln K⁻`` at ``mu_dn`` only: each end of the sequence
+        needs one of the two processes, and the logarithms are most of the work. The same
+        operations as ``__call__`` on those rows, so the same values to the last bit."""
+        n_up = len(mu_up)
+        c, g = _centre(self.prefix, self.n, np.concatenate([mu_up, mu_dn]).astype(np.float64)[:, None])
+        c_up, g_up, c_dn, g_dn = c[:n_up], g[:n_up], c[n_up:], g[n_up:]
+        lam_up = np.minimum(np.maximum(g_up, 0.0), RHO / np.maximum(c_up, 1e-9))  # as _bets
+        lam_dn = np.minimum(np.maximum(-g_dn, 0.0), RHO / np.maximum(1.0 - c_dn, 1e-9))
+        x = self.x[None, :]
+        up = np.cumsum(np.log1p(lam_up * (x - c_up)), axis=1)[:, -1]  # as _log_wealth
+        dn = np.cumsum(np.log1p(-lam_dn * (x - c_dn)), axis=1)[:, -1]
+        return up, dn
+
 
 XTOL = 1e-12
 """Width (in ``X``) of the bracket each end of the confidence sequence is narrowed to (``Δ = 2X − 1``:
@@ -241,8 +255,9 @@ def _ends(wealth: _Wealth, out: list[float], inn: list[float], f_out: list[float
     (``e`` half the secant's last move: near the crossing the secant's error is much smaller,
     so the guards usually straddle it and the bracket falls to ``2e``) and the midpoint (so the
     bracket at least halves, whatever the shape of the process): one vectorised evaluation of
-    eight means. The new bracket is the kept point nearest the rejected end and its rejected
-    neighbour, as a scan of the tested points would give. About seven steps to ``XTOL``."""
+    four means per end, of the one process that end needs. The new bracket is the kept point
+    nearest the rejected end and its rejected neighbour, as a scan of the tested points would
+    give. About seven steps to ``XTOL``."""
     out, inn, f_out, f_in = list(out), list(inn), list(f_out), list(f_in)
     move = [abs(out[j] - inn[j]) / 4.0 for j in (0, 1)]
     last = [math.nan, math.nan]
@@ -264,9 +279,9 @@ def _ends(wealth: _Wealth, out: list[float], inn: list[float], f_out: list[float
             last[j] = p
             e = max(0.5 * move[j], XTOL / 4.0)
             pts.append([q if min(o, i) < q < max(o, i) else mid for q in (p - e, p, p + e)] + [mid])
-        up, dn = wealth(np.array(pts[0] + pts[1]))
+        up, dn = wealth.sides(np.array(pts[0]), np.array(pts[1]))
         for j in (0, 1):
-            f = (up[:4] if j == 0 else dn[4:]) - log_inv_a
+            f = (up if j == 0 else dn) - log_inv_a
             cand = sorted(zip(pts[j], f.tolist(), strict=True), key=lambda pf, o=out[j]: abs(pf[0] - o))
             for q, fq in cand:  # nearest the rejected end first
                 if fq < 0.0:

@@ -118,3 +118,16 @@ def test_start_from_the_grid_when_the_sample_mean_is_rejected(monkeypatch) -> No
     got = betting.confidence_sequence(x, n, a)
     assert 32 in sizes  # the grid was scanned
     assert abs(got[0] - want[0]) <= 1e-12 and abs(got[1] - want[1]) <= 1e-12
+
+
+def test_one_sided_wealth_is_the_two_sided_one_to_the_last_bit() -> None:
+    """The search evaluates only the process each end needs (``_Wealth.sides``); its values
+    must be those of ``_Wealth.__call__`` exactly, or the sequence would stop matching the
+    decision at ``θ_X``."""
+    rng = np.random.default_rng(12)
+    for trial in range(20):
+        x, n, _a = _case(rng, trial)
+        wealth = betting._Wealth(x, n)
+        mu_up, mu_dn = rng.uniform(0.05, 0.95, 4), rng.uniform(0.05, 0.95, 4)
+        up, dn = wealth.sides(mu_up, mu_dn)
+        assert np.array_equal(up, wealth(mu_up)[0]) and np.array_equal(dn, wealth(mu_dn)[1]), trial
