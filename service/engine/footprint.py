@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.engine.betting import _BLOCK as BETTING_BLOCK
+from service.engine.betting import SEGMENT as BETTING_SEGMENT
 from service.engine.chunk import BLOCK_ELEMENTS, block_cases
 from service.engine.plan import Plan, config_groups
 from service.engine.records import group_labels
@@ -115,8 +116,10 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
         steps = min(pairs, max(1, BLOCK_ELEMENTS // (reps * kmax))) * reps * kmax
         anytime += 40 * steps
         if any(c.policy.rule == "anytime" for c in anytime_cfgs):
-            # the betting process: ~28 float64 prefix-sum arrays over at most BETTING_BLOCK cases x steps
-            anytime += 28 * 8 * min(steps, BETTING_BLOCK)
+            # the betting process, a segment at a time: ~28 float64 arrays over a block's paths x
+            # SEGMENT steps, the block's coverage rows and the sums carried per path and threshold
+            rows = min(max(1, steps // max(kmax, 1)), max(1, BETTING_BLOCK // BETTING_SEGMENT))
+            anytime += (28 * 8 * BETTING_SEGMENT + kmax + 8 * (3 + 3 * thresholds)) * rows
         # per threshold: decisions, tasks used, coverage at stop, for the chunk's pairs
         anytime += thresholds * (1 + 8 + 8 + 1) * pairs * reps * n_j
     neyman = 0

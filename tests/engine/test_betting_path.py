@@ -56,3 +56,28 @@ def test_the_live_statistic_is_the_wealth_at_the_stop() -> None:
     stat = betting.betting_statistic(d, 300, 0.0, A, stop)
     assert out["statistic"]["log_wealth_up"] == float(f"{stat['log_wealth_up']:.12g}")
     assert out["statistic"]["log_wealth_down"] == float(f"{stat['log_wealth_down']:.12g}")
+
+
+def test_segments_give_what_one_pass_gives(monkeypatch) -> None:
+    """``betting_paths`` advances many paths ``SEGMENT`` steps at a time and drops those that
+    have concluded for every threshold: decisions and stops equal one segment over the whole
+    path, with several thresholds, per-path and shared coverage masks, and paths that conclude
+    in the first segment, in later ones and never."""
+    rng = np.random.default_rng(4)
+    for trial in range(60):
+        lattice = (None, 1, 2, 5)[trial % 4]
+        scale = lattice or 1
+        kmax = int(rng.integers(1, 120))
+        n = kmax + int(rng.integers(0, 80))
+        cases = int(rng.integers(1, 50))
+        vals = np.arange(-scale, scale + 1)
+        v = rng.choice(vals, size=(cases, kmax), p=rng.dirichlet(np.ones(len(vals)) * 0.7)).astype(np.float64)
+        if lattice is None:
+            v = np.round(v + rng.uniform(-0.3, 0.3, v.shape), 3).clip(-1, 1)
+        thetas = [0.0, 0.05, -0.1] if trial % 2 else 0.02
+        cov = None if trial % 3 == 0 else (rng.random((1 if trial % 3 == 1 else cases, kmax)) < 0.85)
+        monkeypatch.setattr(betting, "SEGMENT", 7)
+        got = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
+        monkeypatch.setattr(betting, "SEGMENT", 10**6)
+        want = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
