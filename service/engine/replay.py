@@ -71,20 +71,29 @@ def _in_threads(plan: Plan, bounds: list[tuple[int, int]], threads: int,
     import concurrent.futures as cf
 
     lock = threading.Lock()
+    stopping = threading.Event()
 
     def heard(n: int) -> None:  # one caller at a time: a callback need not be thread-safe
-        with lock:
-            progress(n)  # type: ignore[misc]
+        if stopping.is_set():  # the caller has stopped waiting (an error, Ctrl-C): stop here
+            raise _Stopped
+        if progress is not None:
+            with lock:
+                progress(n)
 
     # one BLAS thread set once around the pool: the chunks' own (nested) settings then
     # change nothing, whichever order the threads enter and leave them
     with blas_single_thread():
         pool = cf.ThreadPoolExecutor(max_workers=threads)
         try:
-            futures = [pool.submit(run_chunk, plan, a, b, heard if progress else None) for a, b in bounds]
+            futures = [pool.submit(run_chunk, plan, a, b, heard) for a, b in bounds]
             return [f.result() for f in futures]
-        finally:  # on an error or Ctrl-C the chunks not started are dropped, not run to the end
+        finally:  # on an error or Ctrl-C: chunks not started are dropped, running ones stop
+            stopping.set()  # at their next progress report (a block of pairs at most)
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Stopped(Exception):
+    """A threaded replay's chunk stopping because the caller stopped waiting for it."""
 
 
 def total_cases(plan: Plan) -> int:

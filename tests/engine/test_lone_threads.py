@@ -4,6 +4,7 @@ whole even when the caller's callback is not thread-safe."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from service import examples
@@ -77,3 +78,34 @@ def test_a_failing_chunk_stops_the_threaded_replay(monkeypatch):
     else:
         raise AssertionError("the interrupt did not reach the caller")
     assert len(started) < 10  # not all 30 chunks
+
+
+def test_a_running_chunk_stops_at_its_next_progress_report(monkeypatch):
+    """When the caller stops waiting (here the other chunk's error), a chunk already running
+    stops at its next progress report instead of running to its end (Ctrl-C in the CLI
+    returns within a block of pairs, not a whole chunk)."""
+    records = _fractional()
+    spec = make_spec(policies=["coverage_bootstrap", "anytime_coverage", "serfling_coverage"], deltas=[0, 5],
+                     orders=400, bootstrap=[200, "exact"])
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 2)
+    finished: list[int] = []
+    other_running = threading.Event()
+    real = RP.run_chunk
+
+    def first_fails(plan, start, stop, progress=None):
+        if start == 0:
+            assert other_running.wait(30)  # fail only once the other chunk is under way
+            raise RuntimeError("boom")
+        other_running.set()
+        out = real(plan, start, stop, progress)
+        finished.append(start)
+        return out
+
+    monkeypatch.setattr(RP, "run_chunk", first_fails)
+    try:
+        run_replay(records, spec, chunks=2)
+    except RuntimeError as exc:
+        assert str(exc) == "boom"
+    else:
+        raise AssertionError("the error did not reach the caller")
+    assert finished == []  # the second chunk stopped (it has a dozen progress reports)
