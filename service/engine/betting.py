@@ -52,11 +52,17 @@ _BLOCK = 1 << 20
 def _prefix(x: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
     """The parts of each step that do not depend on the threshold (``x``: ``[cases, k]``):
     ``S_t``, ``S_{t−1}``, ``N − t + 1``, the running mean ``μ̂_{t−1}`` and variance ``σ̂²_{t−1}``."""
-    k = x.shape[1]
-    i = np.arange(1, k + 1, dtype=np.float64)
-    s = np.cumsum(x, axis=1)
+    xx = x * x
+    return _prefix_of(x, xx, np.cumsum(x, axis=1), np.cumsum(xx, axis=1), n, 1)
+
+
+def _prefix_of(x: np.ndarray, xx: np.ndarray, s: np.ndarray, q: np.ndarray, n: int,
+               first: int) -> tuple[np.ndarray, ...]:
+    """``_prefix`` from the running sums ``s`` of ``x`` and ``q`` of ``xx = x²``, the first
+    column being step ``first`` (a replay's segment, ``_advance``, carries the sums over)."""
+    i = np.arange(first, first + x.shape[1], dtype=np.float64)
     s_prev = s - x
-    q_prev = np.cumsum(x * x, axis=1) - x * x
+    q_prev = q - xx
     mu = (0.5 + s_prev) / i
     ss = np.maximum(q_prev - s_prev * s_prev / np.maximum(i - 1.0, 1.0), 0.0)
     var = (0.25 + ss) / i
@@ -78,15 +84,27 @@ def _steps(x: np.ndarray, n: int, theta_x: float) -> tuple[np.ndarray, ...]:
     return (prefix[0], *_centre(prefix, n, theta_x))
 
 
+def _bet_up(g: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return np.minimum(np.maximum(g, 0.0), RHO / np.maximum(c, 1e-9))
+
+
+def _bet_down(g: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return np.minimum(np.maximum(-g, 0.0), RHO / np.maximum(1.0 - c, 1e-9))
+
+
 def _bets(g: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    lam_up = np.minimum(np.maximum(g, 0.0), RHO / np.maximum(c, 1e-9))
-    lam_dn = np.minimum(np.maximum(-g, 0.0), RHO / np.maximum(1.0 - c, 1e-9))
-    return lam_up, lam_dn
+    return _bet_up(g, c), _bet_down(g, c)
+
+
+def _gains(x: np.ndarray, c: np.ndarray, lam_up: np.ndarray, lam_dn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step ``ln(1 + λ⁺(X − c))`` and ``ln(1 − λ⁻(X − c))``: what ``ln K±`` add up."""
+    xi = x - c
+    return np.log1p(lam_up * xi), np.log1p(-lam_dn * xi)
 
 
 def _log_wealth(x: np.ndarray, c: np.ndarray, lam_up: np.ndarray, lam_dn: np.ndarray) -> tuple[np.ndarray, ...]:
-    xi = x - c
-    return np.cumsum(np.log1p(lam_up * xi), axis=1), np.cumsum(np.log1p(-lam_dn * xi), axis=1)
+    up, dn = _gains(x, c, lam_up, lam_dn)
+    return np.cumsum(up, axis=1), np.cumsum(dn, axis=1)
 
 
 SEGMENT = 16
@@ -163,23 +181,17 @@ def _advance(v: np.ndarray, rows: np.ndarray, lattice: int | None, n: int, theta
         s = _carried(sums[0, active], x)
         q = _carried(sums[1, active], xx)
         vsum = _carried(sums[2, active], vv, scratch=True)  # (vv is not needed after)
+        prefix = _prefix_of(x, xx, s, q, n, t0 + 1)
         i = np.arange(t0 + 1, t1 + 1, dtype=np.float64)
-        s_prev = s - x  # as _prefix, on the whole path
-        q_prev = q - xx
-        mu = (0.5 + s_prev) / i
-        ss = np.maximum(q_prev - s_prev * s_prev / np.maximum(i - 1.0, 1.0), 0.0)
-        var = (0.25 + ss) / i
-        prefix = (s, s_prev, n - i + 1.0, mu, var)
         seg_cov = None
         if cov is not None:
             seg_cov = cov[:, t0:t1] if len(cov) == 1 else cov[active, t0:t1]
         for j, th in enumerate(thetas.tolist()):
             theta_x = (th + 1.0) / 2.0
             c, g = _centre(prefix, n, theta_x)
-            lam_up, lam_dn = _bets(g, c)
-            xi = x - c  # as _log_wealth
-            up = _carried(wealth[j, 0, active], np.log1p(lam_up * xi), scratch=True)
-            dn = _carried(wealth[j, 1, active], np.log1p(-lam_dn * xi), scratch=True)
+            gain_up, gain_dn = _gains(x, c, *_bets(g, c))
+            up = _carried(wealth[j, 0, active], gain_up, scratch=True)
+            dn = _carried(wealth[j, 1, active], gain_dn, scratch=True)
             acc, rej = _conclusions(vsum, s, up, dn, i, n, th, lattice, log_inv_a)
             hit = acc | rej
             if seg_cov is not None:
@@ -293,11 +305,9 @@ class _Wealth:
         n_up = len(mu_up)
         c, g = _centre(self.prefix, self.n, np.concatenate([mu_up, mu_dn]).astype(np.float64)[:, None])
         c_up, g_up, c_dn, g_dn = c[:n_up], g[:n_up], c[n_up:], g[n_up:]
-        lam_up = np.minimum(np.maximum(g_up, 0.0), RHO / np.maximum(c_up, 1e-9))  # as _bets
-        lam_dn = np.minimum(np.maximum(-g_dn, 0.0), RHO / np.maximum(1.0 - c_dn, 1e-9))
         x = self.x[None, :]
-        up = np.cumsum(np.log1p(lam_up * (x - c_up)), axis=1)[:, -1]  # as _log_wealth
-        dn = np.cumsum(np.log1p(-lam_dn * (x - c_dn)), axis=1)[:, -1]
+        up = np.cumsum(np.log1p(_bet_up(g_up, c_up) * (x - c_up)), axis=1)[:, -1]  # _gains' up side
+        dn = np.cumsum(np.log1p(-_bet_down(g_dn, c_dn) * (x - c_dn)), axis=1)[:, -1]  # and down side
         return up, dn
 
 
