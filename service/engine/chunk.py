@@ -127,9 +127,12 @@ def run_chunk(plan: Plan, start: int, stop: int, progress: Progress | None = Non
 class Summer:
     """Maps per-task values ``X [P, N]`` to their sums over each case's observed tasks
     ``[P, R, J]`` (``summer(x)``), and to those sums added over the orders ``[P, J]``
-    (``rep_sums(x)``: what the cost tallies need, without the ``[P, R, J]`` array)."""
+    (``rep_sums(x)``: what the cost tallies need, without the ``[P, R, J]`` array).
+    ``shared``: every pair's case ``(r, j)`` observes the same tasks, so equal rows of ``X``
+    have equal sums (the lattice bootstrap then computes a pair and its mirror once)."""
 
     reps: int
+    shared = False
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -146,6 +149,8 @@ class _MatrixSummer(Summer):
     """Sums through one matrix product with the observation matrix of a shared order; sums
     over the orders through its column totals (how many orders observe each task at each
     budget: ``R`` times fewer products)."""
+
+    shared = True
 
     def __init__(self, order: np.ndarray, ks: np.ndarray):
         self.obs32 = _obs_matrix(order, ks)
@@ -246,7 +251,8 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
             order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, -1)
             summer = _shared_summer(plan, order, ts.ks)
             # Blocks of pairs bound memory (cases × a few arrays) and pace progress / cancellation.
-            block = max(1, block_cases(plan) // (reps * n_j))
+            # an even number, so that a pair and its mirror (side by side) share a block
+            block = max(2, block_cases(plan) // (reps * n_j) // 2 * 2)
             for i in range(0, len(members), block):
                 sub = members[i : i + block]
                 _replay_order(plan, ts_id, sub, values[i : i + block], order, summer, cfgs, s, out, progress=progress)

@@ -85,27 +85,29 @@ def _power(z: np.ndarray, k: int) -> np.ndarray:
 
 
 def _fourier_cdf(
-    pmf: np.ndarray, values: tuple[int, ...], k: int, lo, c: int, n: int, eps: float = EPS_TERM
+    pmf: np.ndarray, values: tuple[int, ...], k: int, lo, cs: tuple[int, ...], n: int, eps: float = EPS_TERM
 ) -> np.ndarray:
-    """``Σ_{s=lo}^{c} P(S ≡ s mod n)`` for rows of ``pmf [r, V]`` (``k`` draws), leaving out
-    terms with ``|φ_j|^k <= eps`` (error at most ``truncation_error(n, eps)``): the CDF at
-    ``c`` when ``lo`` is the least possible sum and ``n`` exceeds the support.
+    """``Σ_{s=lo}^{c} P(S ≡ s mod n)`` for rows of ``pmf [r, V]`` (``k`` draws) and each ``c``
+    of ``cs``, as ``[len(cs), r]``, leaving out terms with ``|φ_j|^k <= eps`` (error at most
+    ``truncation_error(n, eps)``): the CDF at ``c`` when ``lo`` is the least possible sum and
+    ``n`` exceeds the support. Several ``c`` share the power ``φ^k``: one projection each.
 
     ``lo`` is one integer or one per row (windows that start at different sums share the
-    power ``φ^k``). Each run of equal ``lo`` gets one window, so rows sorted by ``lo`` (as
+    power too). Each run of equal ``lo`` gets one window, so rows sorted by ``lo`` (as
     ``approx_bracket`` passes them) keep the windows, and the projections per block, few."""
     m = (n - 1) // 2
     per_row = np.ndim(lo) > 0
     if per_row:
         new = np.r_[True, lo[1:] != lo[:-1]]
         lows, which = lo[new], np.cumsum(new) - 1
+        row_lo = lows[which]
     else:
-        lows, which = np.array([lo]), None
-    out = (c - (lows[which] if per_row else lows[0]) + 1) / n * np.ones(len(pmf))
+        lows, which, row_lo = np.array([lo]), None, lo
+    out = np.stack([(c - row_lo + 1) / n * np.ones(len(pmf)) for c in cs])
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
-    gmat = np.stack([_window(n, int(low), c) for low in lows])  # [windows, 2m]
+    gmat = np.stack([np.stack([_window(n, int(low), c) for low in lows]) for c in cs])  # [c, windows, 2m]
     thr = eps ** (2.0 / k)
     slack = 4e-16 * (len(values) + 2)
     rows_per = max(1, _BLOCK // m)
@@ -125,13 +127,14 @@ def _fourier_cdf(
         z.real = re[:, :top]
         z.imag = im[:, :top]
         zf = _power(z, k).view(np.float64)
-        if not per_row:
-            out[i : i + len(p)] += (2.0 / n) * (zf @ gmat[0, : 2 * top])
-            continue
-        w = which[i : i + len(p)]
-        first = int(w.min())
-        proj = zf @ gmat[first : int(w.max()) + 1, : 2 * top].T  # [rows, windows of this block]
-        out[i : i + len(p)] += (2.0 / n) * proj[np.arange(len(p)), w - first]
+        for t in range(len(cs)):
+            if not per_row:
+                out[t, i : i + len(p)] += (2.0 / n) * (zf @ gmat[t, 0, : 2 * top])
+                continue
+            w = which[i : i + len(p)]
+            first = int(w.min())
+            proj = zf @ gmat[t, first : int(w.max()) + 1, : 2 * top].T  # [rows, windows of this block]
+            out[t, i : i + len(p)] += (2.0 / n) * proj[np.arange(len(p)), w - first]
     return out
 
 
@@ -163,7 +166,7 @@ def tail(hist: np.ndarray, values: np.ndarray, c: np.ndarray) -> np.ndarray:
                 continue
             n = span * kk + 1
             n += 1 - n % 2  # odd: no Nyquist term
-            out[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, vmin * kk, cc, n)
+            out[rows] = _fourier_cdf(hist[rows] / kk, vt, kk, vmin * kk, (cc,), n)[0]
     return np.clip(out, 0.0, 1.0)
 
 
@@ -310,6 +313,10 @@ def approx_bracket(
     a quarter-octave step, so rows share it; rows with the same ``(k, c, n)`` share one call,
     and terms with ``|φ_j|^k <= EPS_APPROX`` are left out.
 
+    ``c`` is one threshold per row, or ``[T, rows]``: ``T`` thresholds per row, whose tails
+    share the window (it holds them all) and the power ``φ^k`` (a pair and its mirror need
+    the same law at two points); ``lo, hi`` then have that shape too.
+
     ``words [rows, W]`` codes each histogram exactly (equal rows, equal words; the counts
     themselves when not given): rows with equal words and windows are computed once.
     """
@@ -319,29 +326,31 @@ def approx_bracket(
     span = int(values.max() - values.min())
     low_v = int(values.min())
     k = np.asarray(k, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
+    one = np.ndim(c) == 1
+    cs = np.atleast_2d(np.asarray(c, dtype=np.int64))  # [T, rows]
+    c_top = cs.max(axis=0)
     kf = k.astype(np.float64)
     var_sum = np.maximum(kf * q - s * s, 0.0) / np.maximum(kf, 1.0) * (1.0 + 1e-12)
     mean = s / np.maximum(kf, 1.0)
     b_lo = (mean - vlo) * (1.0 + 1e-12)
     b_hi = (vhi - mean) * (1.0 + 1e-12)
     log_inv = math.log(1.0 / EPS_ALIAS)
-    first = np.minimum(np.floor(s - _bernstein_reach(var_sum, b_lo, log_inv)), c).astype(np.int64)
-    last = np.maximum(np.ceil(s + _bernstein_reach(var_sum, b_hi, log_inv)), c).astype(np.int64)
+    first = np.minimum(np.floor(s - _bernstein_reach(var_sum, b_lo, log_inv)), cs.min(axis=0)).astype(np.int64)
+    last = np.maximum(np.ceil(s + _bernstein_reach(var_sum, b_hi, log_inv)), c_top).astype(np.int64)
     width = last - first + 1
     step = 2 ** np.maximum(np.floor(np.log2(width)).astype(np.int64) - 2, 0)
-    below = -(-(c - first) // step) * step  # c - L, rounded up: the window starts at or before `first`
-    n = -(-(below + (last - c) + 1) // step) * step
+    below = -(-(c_top - first) // step) * step  # c - L, rounded up: the window starts at or before `first`
+    n = -(-(below + (last - c_top) + 1) // step) * step
     n |= 1  # odd: no Nyquist term
     exact_n = (span * k + 1) | 1
     use_exact = n >= exact_n  # the whole support fits: no aliasing
     n = np.where(use_exact, exact_n, n)
-    start = np.where(use_exact, low_v * k, c - below)
+    start = np.where(use_exact, low_v * k, c_top - below)
     # rows with equal (k, c, n, start) and equal words are one computation: sort them together
     # (the hash last) and take the first row of each run
     if words is None:
         words = hist.astype(np.int64).reshape(len(hist), -1)
-    group = _pack((k, c, n))  # one integer per (k, c, n): one gather and one comparison
+    group = _pack((k, *cs, n))  # one integer per (k, c, n): one gather and one comparison
     order = _group_order((group, start), row_hash(words))
     gs, st = group[order], start[order]
     ws = np.take(words, order, axis=0)
@@ -352,38 +361,47 @@ def approx_bracket(
     rows = order[heads]  # one row per distinct computation
     h_st = st[heads]
     h_hist = np.take(hist, rows, axis=0)
-    val = np.empty(len(heads))
+    n_t = len(cs)
+    val = np.empty((n_t, len(heads)))
     err = np.zeros(len(heads))
-    inside = np.ones(len(heads), dtype=bool)
+    inside = np.ones((n_t, len(heads)), dtype=bool)
     edges = np.r_[np.flatnonzero(new_group[heads]), len(heads)]  # groups, in runs
     for a, b in zip(edges[:-1], edges[1:], strict=True):
         head = rows[a]
-        kk, cc, nn = int(k[head]), int(c[head]), int(n[head])
+        kk, nn = int(k[head]), int(n[head])
+        ccs = [int(x) for x in cs[:, head]]
         low = low_v * kk
-        if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
-            val[a:b] = 0.0 if cc < low else 1.0
-            inside[a:b] = False
+        todo = []
+        for t, cc in enumerate(ccs):
+            if cc < low or cc >= low + span * kk:  # outside the support: 0 or 1 exactly
+                val[t, a:b] = 0.0 if cc < low else 1.0
+                inside[t, a:b] = False
+            else:
+                todo.append(t)
+        if not todo:
             continue
         pmf = h_hist[a:b].astype(np.float64)
         pmf /= kk
-        val[a:b] = _fourier_cdf(pmf, vt, kk, h_st[a:b], cc, nn, EPS_APPROX)
+        val[todo, a:b] = _fourier_cdf(pmf, vt, kk, h_st[a:b], tuple(ccs[t] for t in todo), nn, EPS_APPROX)
         err[a:b] = truncation_error(nn, EPS_APPROX) + 1e-12
-    aliased = ~use_exact[rows] & inside
+    aliased = ~use_exact[rows]
     e_lo = np.zeros(len(rows))
     e_hi = np.zeros(len(rows))
     if aliased.any():
         r = rows[aliased]
         e_lo[aliased] = _bennett(s[r] - (h_st[aliased] - 1), var_sum[r], b_lo[r])  # P(S <= L-1)
         e_hi[aliased] = _bennett((h_st[aliased] + n[r]) - s[r], var_sum[r], b_hi[r])  # P(S >= L+n)
-    lo = val - e_hi - err
-    hi = val + e_lo + err
+    # no error on a tail that is 0 or 1 exactly
+    e_lo, e_hi = (np.where(inside, e + err, 0.0) for e in (e_lo, e_hi))
+    lo = val - e_hi
+    hi = val + e_lo
     lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
     hi = np.clip(hi * (1.0 + SLACK) + SLACK, lo, 1.0)
-    out_lo = np.empty(len(order))
-    out_hi = np.empty(len(order))
-    out_lo[order] = lo[run]
-    out_hi[order] = hi[run]
-    return out_lo, out_hi
+    out_lo = np.empty((n_t, len(order)))
+    out_hi = np.empty((n_t, len(order)))
+    out_lo[:, order] = lo[:, run]
+    out_hi[:, order] = hi[:, run]
+    return (out_lo[0], out_hi[0]) if one else (out_lo, out_hi)
 
 
 BERRY_ESSEEN = 0.4748

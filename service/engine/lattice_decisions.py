@@ -25,24 +25,66 @@ from service.engine.lattice import approx_bracket, bennett_bracket, berry_esseen
 
 
 class Histograms:
-    """The observed counts of a block of cases and what every threshold needs from them:
-    ``counts [cases, V]`` (exact integers, a row per case) over ``values``; ``words [cases, W]``,
-    integers that code each row exactly (equal rows, equal words); ``k``, ``Σv``, ``Σv²``
-    (lattice units, exact); and the least and largest observed value. Built once per block;
-    ``Tails`` at several thresholds share it."""
+    """The observed counts of a block of cases and what every threshold needs from them.
 
-    def __init__(self, counts: np.ndarray, values: np.ndarray, words: np.ndarray,
-                 k: np.ndarray, s: np.ndarray, q: np.ndarray):
-        self.counts = counts
-        self.values = np.asarray(values, dtype=np.int64)
-        self.words = words
-        self.k = np.asarray(k, dtype=np.int64)
-        self.s = np.asarray(s, dtype=np.float64)
-        self.q = np.asarray(q, dtype=np.float64)
+    A pair and its mirror (``(a, b)`` and ``(b, a)``: differences negated, the same tasks in
+    the same orders) have one resampling law up to the sign of ``S``, and so do equal pairs:
+    counts are kept for one *law row* per such family (``counts [laws, V]`` over ``values``,
+    exact integers; ``words [laws, W]``, integers that code each row exactly), and each case
+    points at its law (``law``) and says whether it sees it negated (``flip``). ``k``, ``Σv``,
+    ``Σv²`` (lattice units, exact) and the least and largest observed value are per case.
+    ``own`` and ``mirror`` give, per law row, its own case and a negated one (-1 if none).
+    Laws are shared only where ``summer.shared`` says that every pair observes the same
+    tasks in case ``(r, j)``. Built once per block; ``Tails`` at several thresholds share it."""
+
+    def __init__(self, values: np.ndarray, summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray):
+        n_pairs = len(values)
+        if getattr(summer, "shared", False):
+            src, flip = _families(values)
+        else:  # each pair observes tasks of its own (neyman): no two share a law
+            src, flip = np.arange(n_pairs), np.zeros(n_pairs, dtype=bool)
+        law_pairs = np.flatnonzero(src == np.arange(n_pairs))
+        per_pair = ssum.size // max(n_pairs, 1)  # cases per pair (orders x budgets)
+        self.values, self.counts, self.words = count_values(values[law_pairs], summer, len(law_pairs) * per_pair)
+        self.values = np.asarray(self.values, dtype=np.int64)
+        slot = np.full(n_pairs, -1)
+        slot[law_pairs] = np.arange(len(law_pairs))
+        within = np.arange(per_pair)
+        self.law = (slot[src][:, None] * per_pair + within[None, :]).ravel()  # case -> law row
+        self.flip = np.repeat(flip, per_pair)
+        self.own = (law_pairs[:, None] * per_pair + within[None, :]).ravel()  # law row -> its case
+        mirror_pair = np.full(len(law_pairs), -1)
+        for p in np.flatnonzero(flip)[::-1]:  # the first negated pair of each law
+            mirror_pair[slot[src[p]]] = p
+        self.mirror = np.where(mirror_pair[:, None] >= 0, mirror_pair[:, None] * per_pair + within[None, :], -1).ravel()
+        self.k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel().astype(np.int64)
+        self.s = ssum.ravel().astype(np.float64)
+        self.q = qsum.ravel().astype(np.float64)
         vals = self.values.astype(np.float64)
-        lo_i, hi_i = _present_range(counts)
-        self.vlo = np.where(self.k > 0, vals[lo_i], vals[-1])
-        self.vhi = np.where(self.k > 0, vals[hi_i], vals[0])
+        lo_i, hi_i = _present_range(self.counts)
+        vlo, vhi = vals[lo_i][self.law], vals[hi_i][self.law]
+        vlo, vhi = np.where(self.flip, -vhi, vlo), np.where(self.flip, -vlo, vhi)
+        self.vlo = np.where(self.k > 0, vlo, vals[-1])
+        self.vhi = np.where(self.k > 0, vhi, vals[0])
+
+
+def _families(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair (row of ``values [P, N]``): the first pair whose differences equal its own
+    (``flip`` False) or their negation (``flip`` True), itself if none."""
+    seen: dict[bytes, int] = {}
+    src = np.arange(len(values))
+    flip = np.zeros(len(values), dtype=bool)
+    for p, row in enumerate(np.asarray(values)):
+        key = row.tobytes()
+        if key in seen:
+            src[p] = seen[key]
+            continue
+        neg = (-row).tobytes()
+        if neg in seen:
+            src[p], flip[p] = seen[neg], True
+            continue
+        seen[key] = p
+    return src, flip
 
 
 def count_values(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,23 +143,61 @@ class Tails:
     ``settle(decide)`` evaluates a decision (a monotone step function of ``τ``) at both ends
     of each bracket and refines only the cases where they differ: Bennett (every case),
     Berry–Esseen, the short sum, then the exact tail. Exact and finite-B rules at one
-    threshold share one ``Tails``.
+    threshold share one ``Tails``. The short sum of a law row serves its mirror too: a case
+    that sees its law negated has ``τ = 1 - P(S <= -c - 1)``, a second point of the same
+    power ``φ^k`` (``approx_bracket`` with two thresholds).
     """
 
     def __init__(self, hist: Histograms, c: np.ndarray):
-        self.counts, self.values = hist.counts, hist.values
-        self.k, self.s, self.q, self.vlo, self.vhi = hist.k, hist.s, hist.q, hist.vlo, hist.vhi
-        self.words = hist.words
+        self.hist = hist
         self.c = np.asarray(c, dtype=np.int64)
-        self.lo, self.hi = bennett_bracket(self.k, self.s, self.q, self.vlo, self.vhi, self.c)
+        self.lo, self.hi = bennett_bracket(hist.k, hist.s, hist.q, hist.vlo, hist.vhi, self.c)
         self.stage = np.zeros(len(self.c), dtype=np.int8)
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
 
-    def _rows(self, idx: np.ndarray) -> np.ndarray:
-        return np.take(self.counts, idx, axis=0)  # exact counts; the kernels take float64 pmfs of them
+    def _short_sums(self, idx: np.ndarray) -> np.ndarray:
+        """The short-sum brackets of the cases ``idx`` and of the other cases of their laws (own
+        and mirror), intersected with what they had; returns the cases refined."""
+        h = self.hist
+        need = np.zeros(len(h.own), dtype=bool)
+        need[h.law[idx]] = True
+        laws = np.flatnonzero(need)
+        own, mirror = h.own[laws], h.mirror[laws]
+        c_own = self.c[own]
+        c_neg = np.where(mirror >= 0, -c_own - 1, c_own)  # the mirror's c is its own (same k)
+        lo, hi = approx_bracket(
+            np.take(h.counts, laws, axis=0), h.values, np.stack([c_own, c_neg]), h.k[own], h.s[own], h.q[own],
+            h.vlo[own], h.vhi[own],
+            np.take(h.words, laws, axis=0),
+        )
+        mark = np.zeros(len(self.c), dtype=bool)
+        mark[idx] = True
+        mark[own] = True
+        mark[mirror[mirror >= 0]] = True
+        rows = np.flatnonzero(mark)
+        slot = np.full(len(h.own), -1)
+        slot[laws] = np.arange(len(laws))
+        j, fl = slot[h.law[rows]], h.flip[rows]
+        new_lo = np.where(fl, 1.0 - hi[1, j], lo[0, j])
+        new_hi = np.where(fl, 1.0 - lo[1, j], hi[0, j])
+        self.lo[rows] = np.maximum(new_lo, self.lo[rows])
+        self.hi[rows] = np.minimum(new_hi, self.hi[rows])
+        return rows
+
+    def _exact(self, idx: np.ndarray) -> np.ndarray:
+        """Exact tails of the cases ``idx``, each on its own law (a negated one reversed)."""
+        h = self.hist
+        out = np.empty(len(idx))
+        fl = h.flip[idx]
+        for sel, counts, values in ((~fl, lambda r: r, h.values), (fl, lambda r: r[:, ::-1], -h.values[::-1])):
+            if sel.any():
+                rows = np.take(h.counts, h.law[idx[sel]], axis=0)
+                out[sel] = tail(counts(rows), values, self.c[idx[sel]])
+        return out
 
     def settle(self, decide) -> np.ndarray:
         """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
+        h = self.hist
         every = slice(None)  # every case, without a gather
         d_lo, d_hi = decide(self.lo, every), decide(self.hi, every)
         for stage in (1, 2, 3):
@@ -127,30 +207,18 @@ class Tails:
             idx = np.flatnonzero(open_ & (self.stage < stage))  # a case refined for another rule skips ahead
             if not len(idx):
                 continue
-            if stage == 3:
-                lo = hi = tail(self._rows(idx), self.values, self.c[idx])
+            if stage == 1:
+                lo, hi = berry_esseen_bracket(h.k[idx], h.s[idx], h.q[idx], h.vlo[idx], h.vhi[idx], self.c[idx])
+                self.lo[idx], self.hi[idx] = np.maximum(lo, self.lo[idx]), np.minimum(hi, self.hi[idx])
+                refined = idx
+            elif stage == 2:
+                refined = self._short_sums(idx)
             else:
-                if stage == 1:
-                    lo, hi = berry_esseen_bracket(
-                        self.k[idx], self.s[idx], self.q[idx], self.vlo[idx], self.vhi[idx], self.c[idx]
-                    )
-                else:
-                    lo, hi = approx_bracket(
-                        self._rows(idx),
-                        self.values,
-                        self.c[idx],
-                        self.k[idx],
-                        self.s[idx],
-                        self.q[idx],
-                        self.vlo[idx],
-                        self.vhi[idx],
-                        np.take(self.words, idx, axis=0),
-                    )
-                lo, hi = np.maximum(lo, self.lo[idx]), np.minimum(hi, self.hi[idx])
-            self.lo[idx], self.hi[idx] = lo, hi
-            self.stage[idx] = stage
-            self.refined[stage] += len(idx)
-            d_lo[idx], d_hi[idx] = decide(lo, idx), decide(hi, idx)
+                self.lo[idx] = self.hi[idx] = self._exact(idx)
+                refined = idx
+            self.stage[refined] = stage
+            self.refined[stage] += len(refined)
+            d_lo[idx], d_hi[idx] = decide(self.lo[idx], idx), decide(self.hi[idx], idx)
         return d_lo
 
 
@@ -193,9 +261,7 @@ def bootstrap_decisions(
     brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
     """
     if ("lattice",) not in cache:
-        vals, counts, words = count_values(values, summer, ssum.size)
-        k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
-        cache[("lattice",)] = Histograms(counts, vals, words, k, ssum.ravel(), qsum.ravel())
+        cache[("lattice",)] = Histograms(values, summer, ssum, qsum, ks)
     key = ("lattice", f"{theta!r}")
     if key not in cache:
         hist = cache[("lattice",)]

@@ -151,7 +151,9 @@ class Plan:
         pairs: list[tuple[int, int]] = []
         n = rec.n_systems
         if self.spec.orientation == "directed":
-            pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+            # each pair beside its mirror: (a, b) and (b, a) see the same tasks in the same orders,
+            # so a lattice bootstrap computes one resampling law for both (``lattice_decisions``)
+            pairs = [p for a in range(n) for b in range(a + 1, n) for p in ((a, b), (b, a))]
         else:
             for a in range(n):
                 for b in range(a + 1, n):

@@ -23,8 +23,12 @@ from service.engine.spec import ReplaySpec
 
 
 def _chunk_bounds(n_pairs: int, n_chunks: int) -> list[tuple[int, int]]:
+    """``n_chunks`` contiguous ranges of pairs, cut at even pair indices where the sizes allow
+    (a pair and its mirror sit side by side and share their bootstrap's work in one block)."""
     n_chunks = max(1, min(n_chunks, n_pairs))
-    edges = np.linspace(0, n_pairs, n_chunks + 1).round().astype(int)
+    edges = np.linspace(0, n_pairs, n_chunks + 1)
+    edges = np.unique(np.r_[0, (edges[1:-1] / 2).round().astype(int) * 2, n_pairs]) if n_pairs > 1 else edges.round()
+    edges = edges.astype(int)
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a] or [(0, 0)]
 
 

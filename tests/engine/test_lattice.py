@@ -142,6 +142,7 @@ def _block(seed: int, values: np.ndarray, n_pairs: int = 6, n_tasks: int = 30, r
             return (x @ obs.astype(np.float64)).reshape(len(x), reps, len(ks))
         return (x.astype(np.float32) @ obs).astype(np.float64).reshape(len(x), reps, len(ks))
 
+    summer.shared = True  # one set of orders for every pair
     return vals, ks, summer, rng
 
 
@@ -171,6 +172,72 @@ def test_staged_decisions_equal_decisions_on_exact_tails(theta):
             np.testing.assert_array_equal(got, want)
     tails, _ = cache[("lattice", f"{theta!r}")]
     assert tails.refined[3] < len(k) / 4  # most cases never needed the exact tail
+
+
+@pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
+def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
+    """A pair's mirror (differences negated) and an equal pair share one law row, and a mirror
+    reads its tail at ``-c - 1`` of it: every case must still decide as on the exact tail of
+    its own histogram. Pairs are mirrored, duplicated, or alone, in a scrambled order."""
+    lattice = 5
+    values = np.arange(-5, 6)
+    base, ks, summer, rng = _block(13, values, n_pairs=4)
+    zero = np.zeros_like(base[:1])  # its own mirror
+    vals = np.concatenate([base[[0]], -base[[1]], -base[[0]], base[[1]], base[[2]], base[[2]], -base[[2]], base[[3]],
+                           zero])
+    ssum = summer(vals.astype(np.float32))
+    qsum = summer((vals * vals).astype(np.float32))
+    v_all = np.unique(vals)
+    hist = np.stack([summer((vals == v).astype(np.float32)) for v in v_all], axis=-1).reshape(-1, len(v_all))
+    k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
+    c = R.bootstrap_threshold(theta, k, lattice)
+    p_low = LT.tail(hist, v_all, c)  # each case on its own histogram
+    pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
+    cache: dict = {}
+    for a in (0.05, 0.2):
+        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, "exact", None, cache)
+        want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
+        np.testing.assert_array_equal(got, want)
+        u = rng.random(ssum.shape)
+        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, 200, u, cache)
+        q = R.bootstrap_conclude_prob(p_low, pos, a, 200)
+        want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
+        np.testing.assert_array_equal(got, want)
+    laws = cache[("lattice",)]
+    per_pair = ssum[0].size
+    assert len(laws.counts) == 5 * per_pair  # base 0, base 1, base 2, base 3, zero
+    np.testing.assert_array_equal(LD._families(vals)[0], [0, 1, 0, 1, 4, 4, 4, 7, 8])
+    np.testing.assert_array_equal(LD._families(vals)[1], [False, False, True, True, False, False, True, False, False])
+    tails, _ = cache[("lattice", f"{theta!r}")]
+    assert tails.refined[2] > 0  # the short sum was reached, so the mirrors' reading of it was used
+    # a summer that does not say its pairs share their tasks (neyman's) shares no law
+    own_cache: dict = {}
+    got = LD.bootstrap_decisions(vals, lambda x: summer(x), ssum, qsum, ks, theta, lattice, 0.05, "exact", None,
+                                 own_cache)
+    np.testing.assert_array_equal(got, R.bootstrap_from_tail(p_low, pos, 0.05, "exact").reshape(ssum.shape))
+    assert len(own_cache[("lattice",)].counts) == len(vals) * per_pair
+
+
+def test_mirror_tail_is_read_at_minus_c_minus_one():
+    """The identity the mirrors rest on, on brackets: ``P(-S <= c) = 1 - P(S <= -c - 1)``,
+    with both thresholds of ``approx_bracket`` in one call equal to two calls of one."""
+    values = np.arange(-5, 6)
+    rng = np.random.default_rng(31)
+    hist = random_rows(rng, 600, values, 60)
+    k = hist.sum(axis=1).astype(np.int64)
+    s, q = hist @ values, hist @ (values * values)
+    present = hist > 0
+    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
+    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    c = np.rint(s + rng.normal(0, 1.0, len(k)) * np.sqrt(np.maximum(k, 1)) * 2).astype(np.int64)
+    lo, hi = LT.approx_bracket(hist, values, np.stack([c, -c - 1]), k, s, q, vlo, vhi)
+    mirror = LT.tail(hist[:, ::-1], -values[::-1], c)  # P(-S <= c) on the reversed histogram
+    assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12)
+    exact = LT.tail(hist, values, c)
+    assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12)
+    # the window holds both thresholds, and is no less sharp for it
+    spread = np.sqrt(np.maximum(k * q - s * s, 0)) > 0
+    assert np.quantile((hi - lo)[:, spread], 0.9) < 1e-3
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 40, 77, 100, 101, 300, 1000])
