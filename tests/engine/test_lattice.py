@@ -146,45 +146,10 @@ def _block(seed: int, values: np.ndarray, n_pairs: int = 6, n_tasks: int = 30, r
     return vals, ks, summer, rng
 
 
-@pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
-def test_staged_decisions_equal_decisions_on_exact_tails(theta):
+def _decide_as_on_exact_tails(vals, ks, summer, rng, theta: float, big_bs: tuple[int, ...]) -> dict:
+    """Staged decisions of a block (exact, and each finite B with fresh uniforms) against the
+    decisions on the exact tail of every case's own histogram; returns the block's cache."""
     lattice = 5
-    values = np.arange(-5, 6)
-    vals, ks, summer, rng = _block(7, values)
-    ssum = summer(vals.astype(np.float32))
-    qsum = summer((vals * vals).astype(np.float32))
-    counts = np.stack([summer((vals == v).astype(np.float32)) for v in np.unique(vals)], axis=-1)
-    hist = counts.reshape(-1, counts.shape[-1])
-    k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel()
-    c = R.bootstrap_threshold(theta, k, lattice)
-    p_low = LT.tail(hist, np.unique(vals), c)
-    pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
-    cache: dict = {}
-    for a in (0.05, 0.2):
-        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, "exact", None, cache)
-        want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
-        np.testing.assert_array_equal(got, want)
-        for big_b in (200, 20):
-            u = rng.random(ssum.shape)
-            got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, big_b, u, cache)
-            q = R.bootstrap_conclude_prob(p_low, pos, a, big_b)
-            want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
-            np.testing.assert_array_equal(got, want)
-    tails, _ = cache[("lattice", f"{theta!r}")]
-    assert tails.refined[3] < len(k) / 4  # most cases never needed the exact tail
-
-
-@pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
-def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
-    """A pair's mirror (differences negated) and an equal pair share one law row, and a mirror
-    reads its tail at ``-c - 1`` of it: every case must still decide as on the exact tail of
-    its own histogram. Pairs are mirrored, duplicated, or alone, in a scrambled order."""
-    lattice = 5
-    values = np.arange(-5, 6)
-    base, ks, summer, rng = _block(13, values, n_pairs=4)
-    zero = np.zeros_like(base[:1])  # its own mirror
-    vals = np.concatenate([base[[0]], -base[[1]], -base[[0]], base[[1]], base[[2]], base[[2]], -base[[2]], base[[3]],
-                           zero])
     ssum = summer(vals.astype(np.float32))
     qsum = summer((vals * vals).astype(np.float32))
     v_all = np.unique(vals)
@@ -198,24 +163,43 @@ def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
         got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, "exact", None, cache)
         want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
         np.testing.assert_array_equal(got, want)
-        u = rng.random(ssum.shape)
-        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, 200, u, cache)
-        q = R.bootstrap_conclude_prob(p_low, pos, a, 200)
-        want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
-        np.testing.assert_array_equal(got, want)
+        for big_b in big_bs:
+            u = rng.random(ssum.shape)
+            got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, big_b, u, cache)
+            q = R.bootstrap_conclude_prob(p_low, pos, a, big_b)
+            want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
+            np.testing.assert_array_equal(got, want)
+    return cache
+
+
+@pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
+def test_staged_decisions_equal_decisions_on_exact_tails(theta):
+    vals, ks, summer, rng = _block(7, np.arange(-5, 6))
+    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200, 20))
+    tails, _ = cache[("lattice", f"{theta!r}")]
+    assert tails.refined[3] < len(tails.c) / 4  # most cases never needed the exact tail
+
+
+@pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
+def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
+    """A pair's mirror (differences negated) and an equal pair share one law row, and a mirror
+    reads its tail at ``-c - 1`` of it: every case must still decide as on the exact tail of
+    its own histogram. Pairs are mirrored, duplicated, or alone, in a scrambled order."""
+    base, ks, summer, rng = _block(13, np.arange(-5, 6), n_pairs=4)
+    zero = np.zeros_like(base[:1])  # its own mirror
+    vals = np.concatenate([base[[0]], -base[[1]], -base[[0]], base[[1]], base[[2]], base[[2]], -base[[2]], base[[3]],
+                           zero])
+    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200,))
     laws = cache[("lattice",)]
-    per_pair = ssum[0].size
+    per_pair = len(laws.k) // len(vals)
     assert len(laws.counts) == 5 * per_pair  # base 0, base 1, base 2, base 3, zero
     np.testing.assert_array_equal(LD._families(vals)[0], [0, 1, 0, 1, 4, 4, 4, 7, 8])
     np.testing.assert_array_equal(LD._families(vals)[1], [False, False, True, True, False, False, True, False, False])
     tails, _ = cache[("lattice", f"{theta!r}")]
     assert tails.refined[2] > 0  # the short sum was reached, so the mirrors' reading of it was used
     # a summer that does not say its pairs share their tasks (neyman's) shares no law
-    own_cache: dict = {}
-    got = LD.bootstrap_decisions(vals, lambda x: summer(x), ssum, qsum, ks, theta, lattice, 0.05, "exact", None,
-                                 own_cache)
-    np.testing.assert_array_equal(got, R.bootstrap_from_tail(p_low, pos, 0.05, "exact").reshape(ssum.shape))
-    assert len(own_cache[("lattice",)].counts) == len(vals) * per_pair
+    own = _decide_as_on_exact_tails(vals, ks, lambda x: summer(x), rng, theta, ())
+    assert len(own[("lattice",)].counts) == len(vals) * per_pair
 
 
 def test_mirror_tail_is_read_at_minus_c_minus_one():
