@@ -187,12 +187,12 @@ class Tails:
     def _exact(self, idx: np.ndarray) -> np.ndarray:
         """Exact tails of the cases ``idx``, each on its own law (a negated one reversed)."""
         h = self.hist
+        counts, c, fl = np.take(h.counts, h.law[idx], axis=0), self.c[idx], h.flip[idx]
         out = np.empty(len(idx))
-        fl = h.flip[idx]
-        for sel, counts, values in ((~fl, lambda r: r, h.values), (fl, lambda r: r[:, ::-1], -h.values[::-1])):
-            if sel.any():
-                rows = np.take(h.counts, h.law[idx[sel]], axis=0)
-                out[sel] = tail(counts(rows), values, self.c[idx[sel]])
+        if (~fl).any():
+            out[~fl] = tail(counts[~fl], h.values, c[~fl])
+        if fl.any():
+            out[fl] = tail(counts[fl][:, ::-1], -h.values[::-1], c[fl])
         return out
 
     def settle(self, decide) -> np.ndarray:
