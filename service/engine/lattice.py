@@ -98,12 +98,16 @@ def _fourier_cdf(
     m = (n - 1) // 2
     per_row = np.ndim(lo) > 0
     if per_row:
-        new = np.r_[True, lo[1:] != lo[:-1]]
+        new = np.empty(len(lo), dtype=bool)
+        new[:1] = True
+        np.not_equal(lo[1:], lo[:-1], out=new[1:])
         lows, which = lo[new], np.cumsum(new) - 1
-        row_lo = lows[which]
     else:
-        lows, which, row_lo = np.array([lo]), None, lo
-    out = np.stack([(c - row_lo + 1) / n * np.ones(len(pmf)) for c in cs])
+        lows, which = np.array([lo]), None
+    out = np.empty((len(cs), len(pmf)))
+    for t, c in enumerate(cs):
+        np.subtract(c + 1, lo, out=out[t])
+    out /= n
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
@@ -119,23 +123,45 @@ def _fourier_cdf(
         mag += im * im
         # frequencies that matter for some row of the block; ``slack`` covers the rounding of
         # ``mag`` (V products of magnitude <= 1), so no term above ``eps`` is left out
-        hit = (mag > thr - slack).any(axis=0)
-        top = m - int(np.argmax(hit[::-1])) if hit.any() else 0
+        hit = mag > thr - slack
+        row_top = m - np.argmax(hit[:, ::-1], axis=1)  # per row: one past its last term that matters
+        row_top[~hit[np.arange(len(p)), row_top - 1]] = 0  # (argmax of a row without a hit is 0)
+        top, split = _split(row_top)
         if not top:
             continue
-        z = np.empty((len(p), top), dtype=np.complex128)
-        z.real = re[:, :top]
-        z.imag = im[:, :top]
-        zf = _power(z, k).view(np.float64)
-        for t in range(len(cs)):
-            if not per_row:
-                out[t, i : i + len(p)] += (2.0 / n) * (zf @ gmat[t, 0, : 2 * top])
+        # every row's terms below ``split``; those above it only for the rows that have them
+        # (a few rows whose law sits on a sub-lattice keep |φ| high far out)
+        for sub, j0, j1 in ((None, 0, split), (np.flatnonzero(row_top > split), split, top)):
+            if j1 <= j0 or (sub is not None and not len(sub)):
                 continue
-            w = which[i : i + len(p)]
-            first = int(w.min())
-            proj = zf @ gmat[t, first : int(w.max()) + 1, : 2 * top].T  # [rows, windows of this block]
-            out[t, i : i + len(p)] += (2.0 / n) * proj[np.arange(len(p)), w - first]
+            rr = slice(None) if sub is None else sub
+            z = np.empty((len(p) if sub is None else len(sub), j1 - j0), dtype=np.complex128)
+            z.real = re[rr, j0:j1]
+            z.imag = im[rr, j0:j1]
+            zf = _power(z, k).view(np.float64)
+            at = slice(i, i + len(p)) if sub is None else i + sub
+            for t in range(len(cs)):
+                if not per_row:
+                    out[t, at] += (2.0 / n) * (zf @ gmat[t, 0, 2 * j0 : 2 * j1])
+                    continue
+                w = which[at]
+                first = int(w.min())
+                proj = zf @ gmat[t, first : int(w.max()) + 1, 2 * j0 : 2 * j1].T  # [rows, windows of this block]
+                out[t, at] += (2.0 / n) * proj[np.arange(len(w)), w - first]
     return out
+
+
+def _split(row_top: np.ndarray) -> tuple[int, int]:
+    """``(top, split)``: the block's last term and the column below which every row is powered,
+    chosen to minimise the terms powered (``rows·split`` plus, for the rows whose terms go
+    further, their columns from ``split`` to ``top``)."""
+    top = int(row_top.max(initial=0))
+    if not top:
+        return 0, 0
+    beyond = len(row_top) - np.cumsum(np.bincount(row_top, minlength=top + 1))  # rows with row_top > j
+    j = np.arange(top + 1)
+    cost = len(row_top) * j + beyond * (top - j)
+    return top, int(np.argmin(cost))
 
 
 def truncation_error(n: int, eps: float) -> float:
@@ -310,8 +336,9 @@ def approx_bracket(
     ``[val - e_hi, val + e_lo]`` with ``e_lo, e_hi`` Bennett's bounds on those masses. The
     window spans the law's bulk (Bernstein's reach for ``EPS_ALIAS`` either side of the mean)
     and ``c``, its length rounded up to four sizes per octave and its start to a multiple of
-    a quarter-octave step, so rows share it; rows with the same ``(k, c, n)`` share one call,
-    and terms with ``|φ_j|^k <= EPS_APPROX`` are left out.
+    a quarter-octave step, so rows share it; rows with the same ``(k, c, n)`` share one call
+    (a group of few rows joins the next longer window of its ``(k, c)``: ``_merged_groups``),
+    and terms with ``|φ_j|^k <= EPS_APPROX`` are left out, row by row.
 
     ``c`` is one threshold per row, or ``[T, rows]``: ``T`` thresholds per row, whose tails
     share the window (it holds them all) and the power ``φ^k`` (a pair and its mirror need
@@ -365,10 +392,11 @@ def approx_bracket(
     val = np.empty((n_t, len(heads)))
     err = np.zeros(len(heads))
     inside = np.ones((n_t, len(heads)), dtype=bool)
-    edges = np.r_[np.flatnonzero(new_group[heads]), len(heads)]  # groups, in runs
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
-        head = rows[a]
+    h_n = n[rows]  # the window length each computation is done with (a merged group's is larger)
+    for a, last, b in _merged_groups(np.flatnonzero(new_group[heads]), len(heads), rows, k, cs, n):
+        head = rows[last]
         kk, nn = int(k[head]), int(n[head])
+        h_n[a:b] = nn
         ccs = [int(x) for x in cs[:, head]]
         low = low_v * kk
         todo = []
@@ -390,7 +418,7 @@ def approx_bracket(
     if aliased.any():
         r = rows[aliased]
         e_lo[aliased] = _bennett(s[r] - (h_st[aliased] - 1), var_sum[r], b_lo[r])  # P(S <= L-1)
-        e_hi[aliased] = _bennett((h_st[aliased] + n[r]) - s[r], var_sum[r], b_hi[r])  # P(S >= L+n)
+        e_hi[aliased] = _bennett((h_st[aliased] + h_n[aliased]) - s[r], var_sum[r], b_hi[r])  # P(S >= L+n)
     # no error on a tail that is 0 or 1 exactly
     e_lo, e_hi = (np.where(inside, e + err, 0.0) for e in (e_lo, e_hi))
     lo = val - e_hi
@@ -402,6 +430,30 @@ def approx_bracket(
     out_lo[:, order] = lo[:, run]
     out_hi[:, order] = hi[:, run]
     return (out_lo[0], out_hi[0]) if one else (out_lo, out_hi)
+
+
+MERGE_BELOW = 64
+"""Computations in a group below which it joins the next group of the same ``(k, c)``."""
+
+
+def _merged_groups(starts: np.ndarray, end: int, rows: np.ndarray, k: np.ndarray, cs: np.ndarray, n: np.ndarray):
+    """``(a, last, b)`` per call of ``_fourier_cdf``: the computations ``a:b`` (groups of equal
+    ``(k, c, n)``, ascending in ``n`` within each ``(k, c)``), done with the window length of
+    the group starting at ``last``. A group with few computations joins the next one of the
+    same ``(k, c)``: a longer window still holds the row's own ``[L, c]`` and the aliasing bound
+    is taken at the length used, and a call costs more than the longer window on a few rows."""
+    bounds = np.append(starts, end)
+    key = _pack((k[rows[starts]], *cs[:, rows[starts]]))
+    length = n[rows[starts]]
+    a = None
+    for g in range(len(starts)):
+        if a is None:
+            a = int(bounds[g])
+        b = int(bounds[g + 1])
+        if b - a < MERGE_BELOW and g + 1 < len(starts) and key[g + 1] == key[g] and length[g + 1] >= length[g]:
+            continue
+        yield a, int(bounds[g]), b
+        a = None
 
 
 BERRY_ESSEEN = 0.4748

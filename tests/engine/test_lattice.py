@@ -277,6 +277,7 @@ def test_approx_merges_only_equal_histograms(monkeypatch):
     vlo = values[np.argmax(present, axis=1)].astype(np.float64)
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     args = (hist, values, c, k, s, q, vlo, vhi)
+    monkeypatch.setattr(LT, "MERGE_BELOW", 0)  # the windows of a row alone (small groups tested below)
     merged = LT.approx_bracket(*args)
     with monkeypatch.context() as m:
         m.setattr(LT, "row_hash", lambda words: np.zeros(len(words), dtype=np.int64))
@@ -289,6 +290,42 @@ def test_approx_merges_only_equal_histograms(monkeypatch):
         assert np.all(lo <= exact + 1e-12) and np.all(exact <= hi + 1e-12)  # each row's own bracket
         # alone, a row may leave out terms below EPS_APPROX that its block kept
         np.testing.assert_allclose(np.stack([lo, hi], axis=1), alone, rtol=0, atol=1e-5)
+
+
+def test_small_groups_share_a_call_with_longer_windows(monkeypatch):
+    """Rows of one ``(k, c)`` whose spreads give windows of many lengths: the small groups are
+    computed with the next longer window, and every bracket still contains the exact tail and
+    stays as narrow as with windows of its own."""
+    values = np.arange(-5, 6)
+    rng = np.random.default_rng(5)
+    k = 60
+    rows = []
+    for i in range(400):  # spreads from one value to all eleven: many window lengths
+        p = np.zeros(11)
+        width = 1 + i % 6
+        p[5 - width + 1 : 5 + width] = rng.dirichlet(np.ones(2 * width - 1))
+        rows.append(rng.multinomial(k, p))
+    hist = np.array(rows, dtype=np.float64)
+    ks = np.full(len(hist), k, dtype=np.int64)
+    s, q = hist @ values, hist @ (values * values)
+    c = np.zeros(len(hist), dtype=np.int64)
+    present = hist > 0
+    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
+    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    args = (hist, values, c, ks, s, q, vlo, vhi)
+    calls = []
+    real = LT._fourier_cdf
+    monkeypatch.setattr(LT, "_fourier_cdf", lambda *a: calls.append(a[5]) or real(*a))
+    lo, hi = LT.approx_bracket(*args)
+    merged_calls = list(calls)
+    monkeypatch.setattr(LT, "MERGE_BELOW", 0)
+    calls.clear()
+    lo0, hi0 = LT.approx_bracket(*args)
+    assert len(merged_calls) < len(calls)  # some groups did merge
+    exact = LT.tail(hist, values, c)
+    assert np.all(lo <= exact + 1e-12) and np.all(exact <= hi + 1e-12)
+    spread = k * q - s * s > 0  # (a one-value row is Bennett's: S is a constant)
+    assert np.all((hi - lo)[spread] <= np.maximum(hi0 - lo0, 1e-4)[spread] * 3)
 
 
 def test_group_order_for_keys_too_wide_to_share_a_word_with_the_hash():
