@@ -311,29 +311,35 @@ def _threshold_tables(a: float, big_b: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
     """The finite-B decision as a function of a tail bound: ``u < P(conclude)``, settled by
-    comparing the wrong-side tail with two thresholds of the case's uniform
-    (``_threshold_tables``, looked up once per case) and evaluated exactly only in between.
+    comparing the tail with two thresholds of the case's uniform (``_threshold_tables``,
+    looked up once per case) and evaluated exactly only in between.
 
-    Each stage then costs a few comparisons per case instead of a table look-up, and a
-    binomial CDF only for the cases within a grid cell of their breakpoint."""
+    The thresholds are turned into ones on ``p`` itself (for ``m <= θ`` the wrong-side tail is
+    ``1 - p``: concluding below ``w`` is ``p >= 1 - w``), so each stage costs two comparisons
+    per case, and a binomial CDF only for the cases within a grid cell of their breakpoint.
+    (``1 - w`` and ``1 - p`` round differently by an ulp; the tables' margin of 1e-12 in the
+    probability of concluding is many ulps of ``w``.)"""
     sure_c, sure_d = _threshold_tables(a, big_b)
     cell = (u * _U_GRID).astype(np.intp)
     np.clip(cell, 0, _U_GRID - 1, out=cell)
     w_conclude = sure_c[cell]
     w_defer = np.where(u > 0, sure_d[cell], np.inf)  # u = 0 concludes wherever P(conclude) > 0
+    # below ``t_lo`` the case is ``v_lo`` for sure, above ``t_hi`` it is ``v_hi``
+    t_lo = np.where(pos, w_conclude, 1.0 - w_defer)
+    t_hi = np.where(pos, w_defer, 1.0 - w_conclude)
+    assert (R.ACCEPT, R.DEFER, R.REJECT) == (1, 0, -1)  # below: ``pos`` (0/1), less 1 above ``t_lo``
+    sure = pos.view(np.int8)  # below t_lo: accept (pos) or defer; above t_hi: defer (pos) or reject
     sign = np.array([R.REJECT, R.ACCEPT], dtype=np.int8)  # by pos
 
     def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
-        ps = pos[i]
-        wrong = np.where(ps, p, 1.0 - p)  # the tail that must be small to conclude
-        conclude = wrong <= w_conclude[i]
-        defer = wrong >= w_defer[i]
-        mid = np.flatnonzero(~(conclude | defer))
+        low = p <= t_lo[i]
+        high = p >= t_hi[i]
+        out = sure[i] - ~low
+        mid = np.flatnonzero(~(low | high))
         if len(mid):
-            ui = u[i][mid] if isinstance(i, slice) else u[i[mid]]  # (a slice is a view)
-            conclude[mid] = ui < R.bootstrap_conclude_prob(p[mid], ps[mid], a, big_b)
-        out = sign[ps.view(np.uint8)]
-        out[~conclude] = R.DEFER
+            ps, ui = (pos[i][mid], u[i][mid]) if isinstance(i, slice) else (pos[i[mid]], u[i[mid]])
+            conclude = ui < R.bootstrap_conclude_prob(p[mid], ps, a, big_b)
+            out[mid] = np.where(conclude, sign[ps.view(np.uint8)], R.DEFER)
         return out
 
     return decide
