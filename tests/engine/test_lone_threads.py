@@ -55,6 +55,23 @@ def test_threaded_report_equals_the_serial_one_and_progress_adds_up(monkeypatch)
     assert state[0] == total_cases(plan_replay(records, spec))
 
 
+def test_lone_chunks_are_whole_blocks_and_a_multiple_of_the_threads(monkeypatch):
+    """The default chunks of a one-process lattice replay: no chunk holds more than one block
+    of pairs, they split among the threads evenly, and the report is the one of any chunking."""
+    from service.engine import chunk as CH
+
+    records, spec = _fractional(), _spec()
+    plan = plan_replay(records, spec)  # 30 directed pairs, 60 orders, 19 budgets
+    monkeypatch.setattr(CH, "LATTICE_BLOCK_CASES", 60 * 19 * 8)  # blocks of 8 pairs
+    for threads, want in ((1, 4), (2, 4), (3, 6), (4, 4)):
+        n_chunks = RP._lone_chunks(plan, threads)
+        assert n_chunks == want, threads
+        sizes = [b - a for a, b in RP._chunk_bounds(plan.n_pairs, n_chunks)]
+        assert max(sizes) <= 8 and sum(sizes) == plan.n_pairs
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 2)
+    assert run_replay(records, spec) == run_replay(records, spec, chunks=5)
+
+
 def test_a_failing_chunk_stops_the_threaded_replay(monkeypatch):
     """An error in one chunk (or Ctrl-C in the caller) reaches the caller, and the chunks not
     yet started are dropped instead of run to the end first."""
