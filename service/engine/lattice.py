@@ -328,6 +328,23 @@ def approx_bracket(
     vhi: np.ndarray,
     words: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Rigorous ``lo <= P(S <= c) <= hi`` per row, from a short characteristic-function sum
+    (``approx_runs``, whose doc says how)."""
+    lo, hi, at = approx_runs(hist, values, c, k, s, q, vlo, vhi, words)
+    return (lo[0, at], hi[0, at]) if np.ndim(c) == 1 else (lo[:, at], hi[:, at])
+
+
+def approx_runs(
+    hist: np.ndarray,
+    values: np.ndarray,
+    c: np.ndarray,
+    k: np.ndarray,
+    s: np.ndarray,
+    q: np.ndarray,
+    vlo: np.ndarray,
+    vhi: np.ndarray,
+    words: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` from a short characteristic-function sum.
 
     With ``n`` below the support of ``S``, the sum over a window ``[L, L+n-1]`` that holds
@@ -342,10 +359,11 @@ def approx_bracket(
 
     ``c`` is one threshold per row, or ``[T, rows]``: ``T`` thresholds per row, whose tails
     share the window (it holds them all) and the power ``φ^k`` (a pair and its mirror need
-    the same law at two points); ``lo, hi`` then have that shape too.
+    the same law at two points).
 
     ``words [rows, W]`` codes each histogram exactly (equal rows, equal words; the counts
-    themselves when not given): rows with equal words and windows are computed once.
+    themselves when not given): rows with equal words and windows are computed once, so the
+    brackets come per computation, ``lo, hi [T, runs]``, with each row's run in ``at``.
     """
     hist = np.asarray(hist)
     values = np.asarray(values, dtype=np.int64)
@@ -353,7 +371,6 @@ def approx_bracket(
     span = int(values.max() - values.min())
     low_v = int(values.min())
     k = np.asarray(k, dtype=np.int64)
-    one = np.ndim(c) == 1
     cs = np.atleast_2d(np.asarray(c, dtype=np.int64))  # [T, rows]
     c_top = cs.max(axis=0)
     kf = k.astype(np.float64)
@@ -425,11 +442,9 @@ def approx_bracket(
     hi = val + e_lo
     lo = np.clip(lo * (1.0 - SLACK) - SLACK, 0.0, 1.0)
     hi = np.clip(hi * (1.0 + SLACK) + SLACK, lo, 1.0)
-    out_lo = np.empty((n_t, len(order)))
-    out_hi = np.empty((n_t, len(order)))
-    out_lo[:, order] = lo[:, run]
-    out_hi[:, order] = hi[:, run]
-    return (out_lo[0], out_hi[0]) if one else (out_lo, out_hi)
+    at = np.empty(len(order), dtype=np.intp)
+    at[order] = run
+    return lo, hi, at
 
 
 MERGE_BELOW = 64

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from service.engine import rules as R
-from service.engine.lattice import approx_bracket, bennett_bracket, berry_esseen_bracket, tail
+from service.engine.lattice import approx_runs, bennett_bracket, berry_esseen_bracket, tail
 
 
 class Histograms:
@@ -145,7 +145,7 @@ class Tails:
     Berry–Esseen, the short sum, then the exact tail. Exact and finite-B rules at one
     threshold share one ``Tails``. The short sum of a law row serves its mirror too: a case
     that sees its law negated has ``τ = 1 - P(S <= -c - 1)``, a second point of the same
-    power ``φ^k`` (``approx_bracket`` with two thresholds).
+    power ``φ^k`` (``approx_runs`` with two thresholds).
     """
 
     def __init__(self, hist: Histograms, c: np.ndarray):
@@ -165,7 +165,7 @@ class Tails:
         own, mirror = h.own[laws], h.mirror[laws]
         c_own = self.c[own]
         c_neg = np.where(mirror >= 0, -c_own - 1, c_own)  # the mirror's c is its own (same k)
-        lo, hi = approx_bracket(
+        lo, hi, at = approx_runs(
             np.take(h.counts, laws, axis=0), h.values, np.stack([c_own, c_neg]), h.k[own], h.s[own], h.q[own],
             h.vlo[own], h.vhi[own],
             np.take(h.words, laws, axis=0),
@@ -177,9 +177,10 @@ class Tails:
         rows = np.flatnonzero(mark)
         slot = np.full(len(h.own), -1)
         slot[laws] = np.arange(len(laws))
-        j, fl = slot[h.law[rows]], h.flip[rows]
-        new_lo = np.where(fl, 1.0 - hi[1, j], lo[0, j])
-        new_hi = np.where(fl, 1.0 - lo[1, j], hi[0, j])
+        j, fl = at[slot[h.law[rows]]], h.flip[rows]  # each case's computation
+        new_lo, new_hi = lo[0, j], hi[0, j]
+        jf = j[fl]  # cases that see their law negated: 1 - P(S <= -c - 1)
+        new_lo[fl], new_hi[fl] = 1.0 - hi[1, jf], 1.0 - lo[1, jf]
         self.lo[rows] = np.maximum(new_lo, self.lo[rows])
         self.hi[rows] = np.minimum(new_hi, self.hi[rows])
         return rows
