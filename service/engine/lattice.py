@@ -317,21 +317,12 @@ def _pack(keys: tuple[np.ndarray, ...]) -> np.ndarray:
     return composite
 
 
-def approx_bracket(
-    hist: np.ndarray,
-    values: np.ndarray,
-    c: np.ndarray,
-    k: np.ndarray,
-    s: np.ndarray,
-    q: np.ndarray,
-    vlo: np.ndarray,
-    vhi: np.ndarray,
-    words: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rigorous ``lo <= P(S <= c) <= hi`` per row, from a short characteristic-function sum
-    (``approx_runs``, whose doc says how)."""
-    lo, hi, at = approx_runs(hist, values, c, k, s, q, vlo, vhi, words)
-    return (lo[0, at], hi[0, at]) if np.ndim(c) == 1 else (lo[:, at], hi[:, at])
+def approx_bracket(*args: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Rigorous ``lo <= P(S <= c) <= hi`` per row (``[T, rows]`` for ``T`` thresholds per row),
+    from a short characteristic-function sum: ``approx_runs``, whose arguments these are and
+    whose doc says how, with each row's bracket read off its run."""
+    lo, hi, at = approx_runs(*args)  # type: ignore[arg-type]
+    return (lo[0, at], hi[0, at]) if np.ndim(args[2]) == 1 else (lo[:, at], hi[:, at])
 
 
 def approx_runs(
