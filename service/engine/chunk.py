@@ -65,6 +65,12 @@ def block_cases(plan: Plan) -> int:
     return LATTICE_BLOCK_CASES if lattice_valued(plan) else PAIR_BLOCK_CASES
 
 
+def block_pairs(plan: Plan, n_budgets: int) -> int:
+    """Pairs per block of a shared order with ``n_budgets`` budgets: an even number, so that a
+    pair and its mirror (side by side) share a block."""
+    return max(2, block_cases(plan) // (plan.spec.orders * max(1, n_budgets)) // 2 * 2)
+
+
 @dataclass
 class ChunkResult:
     """Per (pair, configuration, seed, budget) tallies over the ``R`` orders."""
@@ -251,8 +257,7 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
             order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, -1)
             summer = _shared_summer(plan, order, ts.ks)
             # Blocks of pairs bound memory (cases × a few arrays) and pace progress / cancellation.
-            # an even number, so that a pair and its mirror (side by side) share a block
-            block = max(2, block_cases(plan) // (reps * n_j) // 2 * 2)
+            block = block_pairs(plan, n_j)
             for i in range(0, len(members), block):
                 sub = members[i : i + block]
                 _replay_order(plan, ts_id, sub, values[i : i + block], order, summer, cfgs, s, out, progress=progress)

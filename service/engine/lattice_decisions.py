@@ -325,11 +325,12 @@ def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
     np.clip(cell, 0, _U_GRID - 1, out=cell)
     w_conclude = sure_c[cell]
     w_defer = np.where(u > 0, sure_d[cell], np.inf)  # u = 0 concludes wherever P(conclude) > 0
-    # below ``t_lo`` the case is ``v_lo`` for sure, above ``t_hi`` it is ``v_hi``
+    # at or below ``t_lo`` a case surely accepts (pos) or defers; at or above ``t_hi`` it surely
+    # defers (pos) or rejects: ``pos`` as 0/1 below, less 1 above
     t_lo = np.where(pos, w_conclude, 1.0 - w_defer)
     t_hi = np.where(pos, w_defer, 1.0 - w_conclude)
-    assert (R.ACCEPT, R.DEFER, R.REJECT) == (1, 0, -1)  # below: ``pos`` (0/1), less 1 above ``t_lo``
-    sure = pos.view(np.int8)  # below t_lo: accept (pos) or defer; above t_hi: defer (pos) or reject
+    assert (R.ACCEPT, R.DEFER, R.REJECT) == (1, 0, -1)
+    sure = pos.view(np.int8)
     sign = np.array([R.REJECT, R.ACCEPT], dtype=np.int8)  # by pos
 
     def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:

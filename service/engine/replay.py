@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from service.engine.blas import blas_single_thread, one_blas_thread
-from service.engine.chunk import ChunkResult, Progress, block_cases, lattice_valued, run_chunk
+from service.engine.chunk import ChunkResult, Progress, block_pairs, lattice_valued, run_chunk
 from service.engine.malloc import keep_freed_memory
 from service.engine.metrics import build_report, sufficiency_table
 from service.engine.plan import Plan, plan_replay
@@ -74,8 +74,7 @@ def _lone_chunks(plan: Plan, threads: int) -> int:
     work is nearly that of a full one) and a multiple of ``threads`` (none waits at the end).
     On terminal_bench_core_0.1.1 (156 pairs, two threads) four chunks took 0.55-0.58 s where
     eight took 0.83-0.85 s."""
-    per_block = max(2, block_cases(plan) // (plan.spec.orders * max(1, len(plan.spec.budgets))) // 2 * 2)
-    blocks = -(-plan.n_pairs // per_block)
+    blocks = -(-plan.n_pairs // block_pairs(plan, len(plan.spec.budgets)))
     return max(1, -(-blocks // threads) * threads)
 
 

@@ -295,7 +295,7 @@ def test_approx_merges_only_equal_histograms(monkeypatch):
 def test_small_groups_share_a_call_with_longer_windows(monkeypatch):
     """Rows of one ``(k, c)`` whose spreads give windows of many lengths: the small groups are
     computed with the next longer window, and every bracket still contains the exact tail and
-    stays as narrow as with windows of its own."""
+    stays within 3x the width it has with a window of its own."""
     values = np.arange(-5, 6)
     rng = np.random.default_rng(5)
     k = 60
