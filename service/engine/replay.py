@@ -45,19 +45,20 @@ def _worker(args: tuple) -> bytes:
 
 
 MAX_THREADS = 4
-"""Threads of a lone replay of lattice-valued records (``_lone_threads``); past a few, the
-interpreter's lock leaves them waiting."""
+"""Threads of a lone replay (``_lone_threads``); past a few, the interpreter's lock leaves
+them waiting."""
 
 
 def _lone_threads(plan: Plan) -> int:
     """Threads on which a one-process replay (``jobs=1``) runs its chunks: the cores it may
-    use, for lattice-valued records only. Their bootstrap runs on one BLAS thread (its
-    products are small), so such a replay would use one core where a 0/1 replay's products
-    use them all through BLAS; numpy releases the interpreter's lock in the array work, so
-    chunks side by side use the others. An ``OPENBLAS_NUM_THREADS`` in the environment (an
-    operator's, or ``one_blas_thread``'s in a process that replays beside others) caps it."""
-    if not lattice_valued(plan):
-        return 1
+    use. numpy releases the interpreter's lock in the array work, so chunks side by side use
+    the cores, each on one BLAS thread. For lattice-valued records the products are small and
+    the lattice bootstrap has no BLAS in it; for 0/1 records, letting BLAS spread the products
+    over the cores instead left the rest on one: on ``swebench_lite`` (500 orders, two cores)
+    the ``anytime`` rule, which has no products, replayed in 12.6 s that way and 6.7 s on two
+    threads, and the bootstrap in 1.0-1.3 s against 0.8 s (with 1.3 s of CPU time, not 2.0-2.4:
+    idle BLAS threads spin). An ``OPENBLAS_NUM_THREADS`` in the environment (an operator's, or
+    ``one_blas_thread``'s in a process that replays beside others) caps it."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -116,15 +117,18 @@ def total_cases(plan: Plan) -> int:
 
 def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Progress | None = None,
                chunks: int | None = None, per_pair: bool = True) -> dict:
-    """Plan, replay every chunk (in ``jobs`` processes; with one, lattice-valued records on
-    the process's cores, ``_lone_threads``) and build the report.
+    """Plan, replay every chunk (in ``jobs`` processes; with one, on the process's cores in
+    threads, ``_lone_threads``) and build the report.
 
     The report does not depend on ``jobs`` or ``chunks``.
     """
     plan = plan_replay(records, spec)
     threads = _lone_threads(plan) if jobs <= 1 else 1
     if chunks is None:
-        chunks = _lone_chunks(plan, threads) if jobs <= 1 and lattice_valued(plan) else max(1, jobs) * 4
+        if jobs > 1:
+            chunks = jobs * 4
+        else:  # two a thread for 0/1 records (on two threads, eight chunks took no less time than four)
+            chunks = _lone_chunks(plan, threads) if lattice_valued(plan) else max(4, 2 * threads)
     bounds = _chunk_bounds(plan.n_pairs, chunks)
     if jobs <= 1 and threads > 1:
         results = _in_threads(plan, bounds, threads, progress)

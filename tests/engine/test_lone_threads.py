@@ -1,6 +1,6 @@
-"""A one-process replay of lattice-valued records runs its chunks on several threads
-(``replay._lone_threads``): the report must not change, and progress must reach the caller
-whole even when the caller's callback is not thread-safe."""
+"""A one-process replay runs its chunks on several threads (``replay._lone_threads``): the
+report must not change, and progress must reach the caller whole even when the caller's
+callback is not thread-safe."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ def _spec():
                      orders=60, bootstrap=[200, "exact"])
 
 
-def test_threads_only_for_lattice_records_and_capped_by_the_environment(monkeypatch):
+def test_threads_for_every_record_kind_capped_by_the_environment(monkeypatch):
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.setattr(RP.os, "sched_getaffinity", lambda _pid: set(range(16)))
     lattice = plan_replay(_fractional(), _spec())
     binary = plan_replay(load_records(str(examples.path())), make_spec(policies=["coverage_bootstrap"]))
     assert RP._lone_threads(lattice) == RP.MAX_THREADS
-    assert RP._lone_threads(binary) == 1  # its BLAS products use the cores already
+    assert RP._lone_threads(binary) == RP.MAX_THREADS  # its rules other than the bootstrap have no products
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # a process that replays beside others
-    assert RP._lone_threads(lattice) == 1
+    assert RP._lone_threads(lattice) == RP._lone_threads(binary) == 1
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     assert RP._lone_threads(lattice) == 2
 
@@ -53,6 +53,20 @@ def test_threaded_report_equals_the_serial_one_and_progress_adds_up(monkeypatch)
     threaded = run_replay(records, spec, chunks=6, progress=racy)
     assert threaded == serial
     assert state[0] == total_cases(plan_replay(records, spec))
+
+
+def test_threaded_report_of_binary_records_equals_the_serial_one(monkeypatch):
+    """0/1 records too (their bootstrap's products, the binary tail memo shared by the threads,
+    and the rules without products), for every rule and the neyman order."""
+    records = load_records(str(examples.path()))
+    spec = make_spec(policies=["coverage_bootstrap", "coverage_mcnemar", "neyman_coverage_bootstrap",
+                               "anytime_coverage", "serfling_coverage", "uniform_forced"],
+                     deltas=[0], orders=40, bootstrap=[200, "exact"])
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 1)
+    serial = run_replay(records, spec, chunks=1)
+    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 3)
+    assert run_replay(records, spec) == serial
+    assert run_replay(records, spec, chunks=7) == serial
 
 
 def test_lone_chunks_are_whole_blocks_and_a_multiple_of_the_threads(monkeypatch):
