@@ -115,10 +115,21 @@ threshold leave the working set between segments."""
 def _carried(start: np.ndarray, x: np.ndarray, scratch: bool = False) -> np.ndarray:
     """Running sums of ``x`` along axis 1 continuing from ``start`` per row: ``start + x_0``
     first, then one addition per step, as one ``cumsum`` over the whole path adds them, so the
-    same values to the bit. ``scratch``: ``x`` is a temporary, summed in place."""
+    same values to the bit. ``scratch``: ``x`` is a temporary, summed in place.
+
+    With many rows, one addition of columns per step: ``cumsum`` along rows of 16 steps
+    costs about 4 ns per value, the additions 1.6 (the same sums in the same order)."""
     y = x if scratch else x.copy()
     y[:, 0] += start
-    return np.cumsum(y, axis=1, out=y)
+    if len(y) < _COLUMN_SUMS_FROM:
+        return np.cumsum(y, axis=1, out=y)
+    for j in range(1, y.shape[1]):
+        np.add(y[:, j - 1], y[:, j], out=y[:, j])
+    return y
+
+
+_COLUMN_SUMS_FROM = 512
+"""Rows from which ``_carried`` adds column by column (the two took the same time at about 300)."""
 
 
 def betting_paths(

@@ -77,7 +77,21 @@ def test_segments_give_what_one_pass_gives(monkeypatch) -> None:
         thetas = [0.0, 0.05, -0.1] if trial % 2 else 0.02
         cov = None if trial % 3 == 0 else (rng.random((1 if trial % 3 == 1 else cases, kmax)) < 0.85)
         monkeypatch.setattr(betting, "SEGMENT", 7)
+        monkeypatch.setattr(betting, "_COLUMN_SUMS_FROM", (0, 10**9)[trial % 2])  # both ways of summing
         got = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
         monkeypatch.setattr(betting, "SEGMENT", 10**6)
+        monkeypatch.setattr(betting, "_COLUMN_SUMS_FROM", 10**9)
         want = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
+
+
+def test_column_sums_are_cumsum_to_the_bit() -> None:
+    """``_carried`` adds column by column from ``_COLUMN_SUMS_FROM`` rows: the same values as
+    one ``cumsum`` per row, on sums that round (random reals), in place or not."""
+    rng = np.random.default_rng(8)
+    for rows in (betting._COLUMN_SUMS_FROM, 3 * betting._COLUMN_SUMS_FROM + 1):
+        x = rng.normal(size=(rows, 16)) * 10.0 ** rng.integers(-8, 8, size=(rows, 1))
+        start = rng.normal(size=rows)
+        want = np.cumsum(np.concatenate([start[:, None], x], axis=1), axis=1)[:, 1:]
+        assert np.array_equal(betting._carried(start, x), want)
+        assert np.array_equal(betting._carried(start, x.copy(), scratch=True), want)
