@@ -112,6 +112,11 @@ SEGMENT = 16
 threshold leave the working set between segments."""
 
 
+_COLUMN_SUMS_FROM = 512
+"""Rows from which ``_carried`` adds column by column: over 16 steps, 256 rows took 21.5 µs by
+``cumsum`` and 23.5 µs by columns, 1,024 rows 71 and 33 µs."""
+
+
 def _carried(start: np.ndarray, x: np.ndarray, scratch: bool = False) -> np.ndarray:
     """Running sums of ``x`` along axis 1 continuing from ``start`` per row: ``start + x_0``
     first, then one addition per step, as one ``cumsum`` over the whole path adds them, so the
@@ -126,10 +131,6 @@ def _carried(start: np.ndarray, x: np.ndarray, scratch: bool = False) -> np.ndar
     for j in range(1, y.shape[1]):
         np.add(y[:, j - 1], y[:, j], out=y[:, j])
     return y
-
-
-_COLUMN_SUMS_FROM = 512
-"""Rows from which ``_carried`` adds column by column (the two took the same time at about 300)."""
 
 
 def betting_paths(

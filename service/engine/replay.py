@@ -49,14 +49,14 @@ MAX_THREADS = 4
 them waiting."""
 
 
-def _lone_threads(plan: Plan) -> int:
+def _lone_threads() -> int:
     """Threads on which a one-process replay (``jobs=1``) runs its chunks: the cores it may
     use. numpy releases the interpreter's lock in the array work, so chunks side by side use
     the cores, each on one BLAS thread. For lattice-valued records the products are small and
     the lattice bootstrap has no BLAS in it; for 0/1 records, letting BLAS spread the products
     over the cores instead left the rest on one: on ``swebench_lite`` (500 orders, two cores)
     the ``anytime`` rule, which has no products, replayed in 12.6 s that way and 6.7 s on two
-    threads, and the bootstrap in 1.0-1.3 s against 0.8 s (with 1.3 s of CPU time, not 2.0-2.4:
+    threads, and the bootstrap in 0.9-1.3 s against 0.8 s (with 1.3 s of CPU time, not 1.8-2.4:
     idle BLAS threads spin). An ``OPENBLAS_NUM_THREADS`` in the environment (an operator's, or
     ``one_blas_thread``'s in a process that replays beside others) caps it."""
     try:
@@ -123,7 +123,7 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
     The report does not depend on ``jobs`` or ``chunks``.
     """
     plan = plan_replay(records, spec)
-    threads = _lone_threads(plan) if jobs <= 1 else 1
+    threads = _lone_threads() if jobs <= 1 else 1
     if chunks is None:
         if jobs > 1:
             chunks = jobs * 4

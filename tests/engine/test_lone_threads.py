@@ -25,24 +25,23 @@ def _spec():
                      orders=60, bootstrap=[200, "exact"])
 
 
-def test_threads_for_every_record_kind_capped_by_the_environment(monkeypatch):
+def test_threads_are_the_cores_capped_by_the_environment(monkeypatch):
+    """For every kind of record (0/1 records' rules other than the bootstrap have no products
+    for BLAS to spread)."""
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.setattr(RP.os, "sched_getaffinity", lambda _pid: set(range(16)))
-    lattice = plan_replay(_fractional(), _spec())
-    binary = plan_replay(load_records(str(examples.path())), make_spec(policies=["coverage_bootstrap"]))
-    assert RP._lone_threads(lattice) == RP.MAX_THREADS
-    assert RP._lone_threads(binary) == RP.MAX_THREADS  # its rules other than the bootstrap have no products
+    assert RP._lone_threads() == RP.MAX_THREADS
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # a process that replays beside others
-    assert RP._lone_threads(lattice) == RP._lone_threads(binary) == 1
+    assert RP._lone_threads() == 1
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
-    assert RP._lone_threads(lattice) == 2
+    assert RP._lone_threads() == 2
 
 
 def test_threaded_report_equals_the_serial_one_and_progress_adds_up(monkeypatch):
     records, spec = _fractional(), _spec()
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 1)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 1)
     serial = run_replay(records, spec, chunks=6)
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 3)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 3)
     state = [0]
 
     def racy(n: int) -> None:  # read, yield, write: loses updates if two threads call it at once
@@ -60,11 +59,12 @@ def test_threaded_report_of_binary_records_equals_the_serial_one(monkeypatch):
     and the rules without products), for every rule and the neyman order."""
     records = load_records(str(examples.path()))
     spec = make_spec(policies=["coverage_bootstrap", "coverage_mcnemar", "neyman_coverage_bootstrap",
-                               "anytime_coverage", "serfling_coverage", "uniform_forced"],
+                               "coverage_paired_normal", "anytime_coverage", "serfling_coverage",
+                               "uniform_forced"],
                      deltas=[0], orders=40, bootstrap=[200, "exact"])
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 1)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 1)
     serial = run_replay(records, spec, chunks=1)
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 3)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 3)
     assert run_replay(records, spec) == serial
     assert run_replay(records, spec, chunks=7) == serial
 
@@ -82,7 +82,7 @@ def test_lone_chunks_are_whole_blocks_and_a_multiple_of_the_threads(monkeypatch)
         assert n_chunks == want, threads
         sizes = [b - a for a, b in RP._chunk_bounds(plan.n_pairs, n_chunks)]
         assert max(sizes) <= 8 and sum(sizes) == plan.n_pairs
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 2)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 2)
     assert run_replay(records, spec) == run_replay(records, spec, chunks=5)
 
 
@@ -90,7 +90,7 @@ def test_a_failing_chunk_stops_the_threaded_replay(monkeypatch):
     """An error in one chunk (or Ctrl-C in the caller) reaches the caller, and the chunks not
     yet started are dropped instead of run to the end first."""
     records, spec = _fractional(), _spec()
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 2)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 2)
     started: list[int] = []
     real = RP.run_chunk
 
@@ -118,7 +118,7 @@ def test_a_running_chunk_stops_at_its_next_progress_report(monkeypatch):
     records = _fractional()
     spec = make_spec(policies=["coverage_bootstrap", "anytime_coverage", "serfling_coverage"], deltas=[0, 5],
                      orders=400, bootstrap=[200, "exact"])
-    monkeypatch.setattr(RP, "_lone_threads", lambda plan: 2)
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 2)
     finished: list[int] = []
     other_running = threading.Event()
     real = RP.run_chunk
