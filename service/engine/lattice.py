@@ -10,7 +10,7 @@ function here gives, per case, either ``τ`` or a rigorous bracket ``lo <= τ <=
 2. **Berry–Esseen** (``berry_esseen_bracket``: normal law ± ``0.4748·ρ/(σ³√k)``): the middle;
 3. **short sum** (``approx_bracket``): the sum below over a window of ``S`` much shorter than
    its support, with the aliased mass bounded by Bennett and the truncation bounded: width
-   about 1e-4;
+   about 1e-4 (its sums by the compiled loop of ``lattice_kernel``);
 4. **exact** (``tail``): the sum below over the whole support, to rounding (1e-13).
 
 ``tail`` computes ``τ`` without an inverse transform: with ``n`` larger than the support of
@@ -418,7 +418,7 @@ def approx_runs(
             continue
         pmf = h_hist[a:b].astype(np.float64)
         pmf /= kk
-        val[todo, a:b] = _fourier_cdf(pmf, vt, kk, h_st[a:b], tuple(ccs[t] for t in todo), nn, EPS_APPROX)
+        val[todo, a:b] = _short_sum(pmf, vt, kk, h_st[a:b], tuple(ccs[t] for t in todo), nn, EPS_APPROX)
         err[a:b] = truncation_error(nn, EPS_APPROX) + 1e-12
     aliased = ~use_exact[rows]
     e_lo = np.zeros(len(rows))
@@ -436,6 +436,16 @@ def approx_runs(
     at = np.empty(len(order), dtype=np.intp)
     at[order] = run
     return lo, hi, at
+
+
+def _short_sum(pmf: np.ndarray, values: tuple[int, ...], k: int, lo: np.ndarray, cs: tuple[int, ...], n: int,
+               eps: float) -> np.ndarray:
+    """``_fourier_cdf``'s sums for ``approx_runs``, by the compiled loop of ``lattice_kernel``
+    (imported here, on the first short sum of a process: numba's import and the kernel's
+    loading cost about 0.6 s that replays of 0/1 records and the API never need)."""
+    from service.engine.lattice_kernel import fourier_cdf
+
+    return fourier_cdf(pmf, values, k, lo, cs, n, eps)
 
 
 MERGE_BELOW = 64

@@ -224,6 +224,54 @@ def test_mirror_tail_is_read_at_minus_c_minus_one():
     assert np.quantile((hi - lo)[:, spread], 0.9) < 1e-3
 
 
+@pytest.mark.parametrize("vi", range(len(VALUE_SETS)))
+def test_compiled_short_sum_equals_the_numpy_one(vi):
+    """``lattice_kernel.fourier_cdf`` (one compiled loop per row) against ``_fourier_cdf`` on
+    the same rows: windows per row, two thresholds, spread and sub-lattice laws, short and
+    long windows. A row's own sum may stop earlier than its numpy block's, so they agree to
+    the terms both may leave out (``truncation_error``), and far closer on most rows."""
+    from service.engine.lattice_kernel import fourier_cdf
+
+    values = VALUE_SETS[vi]
+    vt = tuple(int(v) for v in values)
+    rng = np.random.default_rng(40 + vi)
+    span = int(values.max() - values.min())
+    for k in (1, 2, 7, 36, 150):
+        shapes = random_rows(rng, 120, values, 50)  # spread, concentrated, two-point, one value
+        hist = np.array([rng.multinomial(k, h / h.sum()) for h in shapes], dtype=np.float64)
+        pmf = hist / k
+        for n in (span * k + 1 | 1, max(3, (span * k) // 3) | 1):  # the whole support, and a window of it
+            lo = np.sort(rng.integers(int(values.min()) * k, int(values.min()) * k + n // 2 + 1, len(hist)))
+            cs = (int(lo.max()) + n // 3, int(lo.max()) + n // 2)
+            for eps in (LT.EPS_TERM, LT.EPS_APPROX):
+                want = LT._fourier_cdf(pmf, vt, k, lo, cs, n, eps)
+                got = fourier_cdf(pmf, vt, k, lo, cs, n, eps)
+                assert got.shape == want.shape == (2, len(hist))
+                np.testing.assert_allclose(got, want, rtol=0, atol=LT.truncation_error(n, eps) + 1e-13)
+                one = fourier_cdf(pmf, vt, k, int(lo[0]), cs[:1], n, eps)  # one window for every row
+                np.testing.assert_allclose(one, LT._fourier_cdf(pmf, vt, k, int(lo[0]), cs[:1], n, eps),
+                                           rtol=0, atol=LT.truncation_error(n, eps) + 1e-13)
+    assert fourier_cdf(pmf[:0], vt, 5, np.zeros(0, dtype=np.int64), (0,), 11).shape == (1, 0)
+
+
+def test_kernel_compiles_where_numba_cannot_cache(monkeypatch):
+    """A read-only install without a writable home: numba refuses ``cache=True`` at
+    decoration; the kernel is then compiled in each process instead of failing the import."""
+    from service.engine import lattice_kernel as K
+
+    calls = []
+
+    def fake_njit(**options):
+        calls.append(options)
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function '_rows': no locator available")
+        return lambda fn: fn
+
+    monkeypatch.setattr(K, "njit", fake_njit)
+    assert K._compiled(lambda x: x + 1)(1) == 2
+    assert calls == [{"cache": True, "nogil": True}, {"nogil": True}]
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 40, 77, 100, 101, 300, 1000])
 def test_power_by_squaring_matches_numpy(k):
     """``_power`` replaces numpy's complex power (which goes through exp/log past k = 100)."""
@@ -314,8 +362,8 @@ def test_small_groups_share_a_call_with_longer_windows(monkeypatch):
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     args = (hist, values, c, ks, s, q, vlo, vhi)
     calls = []
-    real = LT._fourier_cdf
-    monkeypatch.setattr(LT, "_fourier_cdf", lambda *a: calls.append(a[5]) or real(*a))
+    real = LT._short_sum
+    monkeypatch.setattr(LT, "_short_sum", lambda *a: calls.append(a[5]) or real(*a))
     lo, hi = LT.approx_bracket(*args)
     merged_calls = list(calls)
     monkeypatch.setattr(LT, "MERGE_BELOW", 0)

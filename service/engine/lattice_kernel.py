@@ -1,0 +1,122 @@
+"""The short sum of ``lattice.approx_runs`` as one compiled loop per row (numba).
+
+Why compiled: in numpy the short sum is some sixty array operations per group of rows of one
+``(k, c, n)``, and a replay of multi-trial records meets about 150 such groups per block of
+cases, most of a few hundred rows. The interpreter's share of that work held the GIL for
+about half of a replay of ``terminal_bench_1_fractional`` (py-spy ``--gil``: 1,023 samples of
+a chunk thread holding it in about 2,000 of replay time), so the threads of a one-process
+replay ran side by side only 1.1-1.4x faster than one. Here each row is one pass: its
+characteristic function at every frequency, the last frequency whose term matters, its
+``k``-th power by the same repeated squaring as ``lattice._power`` and the projections on
+its windows, with the GIL released.
+
+It computes what ``lattice._fourier_cdf`` computes (that function stays, for the exact tails
+and as the reference of the tests), with one difference: a row's sum stops at its own last
+term above ``eps``, where numpy's block of rows stops at a column shared by the block. Both
+leave out only terms of ``|φ_j|^k <= eps``, within ``lattice.truncation_error``, which the
+brackets already add.
+
+The first call in a process compiles (about 0.6 s) or loads the compiled code from numba's
+cache beside this file, or in the user's cache when the package is read-only (about 0.2 s);
+``warm`` does it ahead, so a worker pays it before its first job.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from service.engine.lattice import EPS_TERM, _tables, _window
+
+
+def _compiled(fn):
+    """``fn`` compiled without the GIL, cached on disk where numba finds a writable place (beside
+    this file, else the user's cache); elsewhere compiled anew in each process."""
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # "cannot cache function": a read-only install and no writable home
+        return njit(nogil=True)(fn)
+
+
+@_compiled
+def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover - compiled
+    """``out[t, r] += scale·Σ_{j<top_r} Re(φ_rj^k·G_{t,which_r,j})`` per row ``r`` of ``pmf``."""
+    n_rows, n_values = pmf.shape
+    m = cos.shape[1]
+    n_t = gmat.shape[0]
+    re = np.empty(m)
+    im = np.empty(m)
+    for r in range(n_rows):
+        re[:] = 0.0
+        im[:] = 0.0
+        for v in range(n_values):
+            p = pmf[r, v]
+            if p != 0.0:
+                for j in range(m):
+                    re[j] += p * cos[v, j]
+                    im[j] += p * nsin[v, j]
+        top = 0  # one past the last frequency whose term may exceed eps
+        for j in range(m):
+            if re[j] * re[j] + im[j] * im[j] > thr:
+                top = j + 1
+        for j in range(top):  # φ^k by repeated squaring, in place
+            zr, zi = re[j], im[j]
+            e = k
+            started = False
+            pr, pi = 0.0, 0.0
+            while True:
+                if e & 1:
+                    if started:
+                        pr, pi = pr * zr - pi * zi, pr * zi + pi * zr
+                    else:
+                        pr, pi, started = zr, zi, True
+                e >>= 1
+                if e == 0:
+                    break
+                zr, zi = zr * zr - zi * zi, zr * zi + zi * zr
+            re[j], im[j] = pr, pi
+        w = which[r]
+        for t in range(n_t):
+            acc = 0.0
+            for j in range(top):
+                acc += re[j] * gmat[t, w, 2 * j] + im[j] * gmat[t, w, 2 * j + 1]
+            out[t, r] += scale * acc
+
+
+def fourier_cdf(
+    pmf: np.ndarray, values: tuple[int, ...], k: int, lo, cs: tuple[int, ...], n: int, eps: float = EPS_TERM
+) -> np.ndarray:
+    """``lattice._fourier_cdf``'s ``Σ_{s=lo}^{c} P(S ≡ s mod n)`` per row and threshold,
+    ``[len(cs), rows]``, computed row by row (``lo`` one integer or one per row, rows with
+    equal ``lo`` adjacent)."""
+    m = (n - 1) // 2
+    if np.ndim(lo) > 0:
+        lo = np.asarray(lo, dtype=np.int64)
+        new = np.empty(len(lo), dtype=bool)
+        new[:1] = True
+        np.not_equal(lo[1:], lo[:-1], out=new[1:])
+        lows, which = lo[new], np.cumsum(new) - 1
+    else:
+        lows, which = np.array([lo], dtype=np.int64), np.zeros(len(pmf), dtype=np.int64)
+    out = np.empty((len(cs), len(pmf)))
+    for t, c in enumerate(cs):
+        np.subtract(c + 1, lo, out=out[t])
+    out /= n
+    if m == 0 or not len(pmf):
+        return out
+    cos, nsin = _tables(values, n)
+    gmat = np.stack([np.stack([_window(n, int(low), c) for low in lows]) for c in cs])  # [c, windows, 2m]
+    # the slack of ``_fourier_cdf`` for the rounding of |φ|² (V products of magnitude <= 1)
+    thr = eps ** (2.0 / k) - 4e-16 * (len(values) + 2)
+    _rows(
+        np.ascontiguousarray(pmf, dtype=np.float64), cos, nsin, int(k), which.astype(np.int64), gmat, thr, 2.0 / n, out
+    )
+    return out
+
+
+def warm() -> None:
+    """Compile (or load from the cache) now, not in the first replay."""
+    fourier_cdf(np.full((2, 3), 1.0 / 3.0), (-1, 0, 1), 4, np.array([-4, -3]), (0, -1), 9)
+
+
+__all__ = ["fourier_cdf", "warm"]
