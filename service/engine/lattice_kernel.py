@@ -23,6 +23,8 @@ cache beside this file, or in the user's cache when the package is read-only (ab
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numba import njit
 
@@ -105,13 +107,22 @@ def fourier_cdf(
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
-    gmat = np.stack([np.stack([_window(n, int(low), c) for low in lows]) for c in cs])  # [c, windows, 2m]
+    gmat = _windows(n, tuple(lows.tolist()), tuple(cs))  # [c, windows, 2m]
     # the slack of ``_fourier_cdf`` for the rounding of |φ|² (V products of magnitude <= 1)
     thr = eps ** (2.0 / k) - 4e-16 * (len(values) + 2)
     _rows(
         np.ascontiguousarray(pmf, dtype=np.float64), cos, nsin, int(k), which.astype(np.int64), gmat, thr, 2.0 / n, out
     )
     return out
+
+
+@lru_cache(maxsize=1024)
+def _windows(n: int, lows: tuple[int, ...], cs: tuple[int, ...]) -> np.ndarray:
+    """The windows ``G`` of a call, ``[len(cs), len(lows), 2m]``: calls of a replay meet the same
+    few hundred combinations again and again (``lattice._window`` holds each window)."""
+    g = np.stack([np.stack([_window(n, low, c) for low in lows]) for c in cs])
+    g.flags.writeable = False
+    return g
 
 
 def warm() -> None:
