@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from service.engine import rules as R
-from service.engine.lattice import approx_runs, bennett_bracket, berry_esseen_bracket, tail
+from service.engine.lattice import COMPILED_FROM, approx_runs, bennett_bracket, berry_esseen_bracket, tail
 
 
 class Histograms:
@@ -148,8 +148,9 @@ class Tails:
     power ``φ^k`` (``approx_runs`` with two thresholds).
     """
 
-    def __init__(self, hist: Histograms, c: np.ndarray):
+    def __init__(self, hist: Histograms, c: np.ndarray, compiled: bool = False):
         self.hist = hist
+        self.compiled = compiled  # short sums by lattice_kernel (lattice.COMPILED_FROM)
         self.c = np.asarray(c, dtype=np.int64)
         self.lo, self.hi = bennett_bracket(hist.k, hist.s, hist.q, hist.vlo, hist.vhi, self.c)
         self.stage = np.zeros(len(self.c), dtype=np.int8)
@@ -169,6 +170,7 @@ class Tails:
             np.take(h.counts, laws, axis=0), h.values, np.stack([c_own, c_neg]), h.k[own], h.s[own], h.q[own],
             h.vlo[own], h.vhi[own],
             np.take(h.words, laws, axis=0),
+            compiled=self.compiled,
         )
         mark = np.zeros(len(self.c), dtype=bool)
         mark[idx] = True
@@ -223,6 +225,14 @@ class Tails:
         return d_lo
 
 
+def compiled_short_sums(plan) -> bool:
+    """Whether a replay's lattice bootstrap is large enough to repay loading the compiled short
+    sum (``lattice.COMPILED_FROM``): decided on the whole replay, so that every chunk of it, in
+    any process, computes its sums the same way."""
+    boot = sum(1 for cfg in plan.configs if cfg.policy.rule == "bootstrap")
+    return boot * plan.n_pairs * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets) >= COMPILED_FROM
+
+
 _GRID = 4096
 """Points of the table of ``P(conclude)`` against the wrong-side tail, for finite ``B``."""
 
@@ -251,6 +261,7 @@ def bootstrap_decisions(
     resamples: int | str,
     u: np.ndarray | None,
     cache: dict,
+    compiled: bool = False,
 ) -> np.ndarray:
     """Bootstrap decisions ``[P, R, J]`` for pairs whose differences (``values [P, N]``,
     lattice units) are not all in {-1, 0, 1}: ``rules.bootstrap_from_tail`` (exact) or
@@ -260,6 +271,7 @@ def bootstrap_decisions(
     ``summer`` maps per-task values to sums over each case's observed tasks; ``ssum`` and
     ``qsum`` are its sums of ``values`` and their squares (exact). ``cache`` keeps the
     brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
+    ``compiled``: short sums by ``lattice_kernel`` (see ``lattice.COMPILED_FROM``).
     """
     if ("lattice",) not in cache:
         cache[("lattice",)] = Histograms(values, summer, ssum, qsum, ks)
@@ -268,7 +280,7 @@ def bootstrap_decisions(
         hist = cache[("lattice",)]
         c = R.bootstrap_threshold(theta, hist.k, lattice)
         pos = R.above(hist.s, hist.k.astype(np.float64), theta, lattice)
-        cache[key] = (Tails(hist, c), pos)
+        cache[key] = (Tails(hist, c, compiled), pos)
     tails, pos = cache[key]
     if resamples == "exact":
 

@@ -108,6 +108,7 @@ def test_every_bracket_contains_the_exact_tail(vi):
         "bennett": LT.bennett_bracket(k, s, q, vlo, vhi, c),
         "berry_esseen": LT.berry_esseen_bracket(k, s, q, vlo, vhi, c),
         "approx": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi),
+        "approx compiled": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi, compiled=True),
     }
     for name, (lo, hi) in brackets.items():
         assert np.all(lo <= exact + 1e-12), (name, np.max(lo - exact))  # exact: to rounding (1e-13)

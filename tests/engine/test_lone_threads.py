@@ -8,6 +8,8 @@ import threading
 import time
 
 from service import examples
+from service.engine import lattice as LT
+from service.engine import lattice_decisions as LD
 from service.engine import replay as RP
 from service.engine.records import from_rows, load_records
 from service.engine.replay import plan_replay, run_replay, total_cases
@@ -140,3 +142,26 @@ def test_a_running_chunk_stops_at_its_next_progress_report(monkeypatch):
     else:
         raise AssertionError("the error did not reach the caller")
     assert finished == []  # the second chunk stopped (it has a dozen progress reports)
+
+
+def test_compiled_short_sums_give_the_numpy_report(monkeypatch):
+    """A replay past ``lattice.COMPILED_FROM`` computes its short sums in ``lattice_kernel``
+    (threads, every bootstrap configuration): the report is the one numpy gives, and the
+    threshold counts the bootstrap cases of the whole replay."""
+    records, spec = _fractional(), _spec()
+    plan = plan_replay(records, spec)
+    boot_cases = 4 * plan.n_pairs * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets)  # 2 B x 2 deltas
+    monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases + 1)
+    assert not LD.compiled_short_sums(plan)
+    calls = []
+    real = LT._short_sum
+    monkeypatch.setattr(LT, "_short_sum", lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 3)
+    in_numpy = run_replay(records, spec, chunks=6)
+    assert calls and not any(calls)
+    monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases)
+    assert LD.compiled_short_sums(plan)
+    calls.clear()
+    compiled = run_replay(records, spec, chunks=6)
+    assert calls and all(calls)
+    assert compiled == in_numpy
