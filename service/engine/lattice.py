@@ -97,17 +97,7 @@ def _fourier_cdf(
     ``approx_bracket`` passes them) keep the windows, and the projections per block, few."""
     m = (n - 1) // 2
     per_row = np.ndim(lo) > 0
-    if per_row:
-        new = np.empty(len(lo), dtype=bool)
-        new[:1] = True
-        np.not_equal(lo[1:], lo[:-1], out=new[1:])
-        lows, which = lo[new], np.cumsum(new) - 1
-    else:
-        lows, which = np.array([lo]), None
-    out = np.empty((len(cs), len(pmf)))
-    for t, c in enumerate(cs):
-        np.subtract(c + 1, lo, out=out[t])
-    out /= n
+    lows, which, out = cdf_start(lo, cs, n, len(pmf))
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
@@ -149,6 +139,24 @@ def _fourier_cdf(
                 proj = zf @ gmat[t, first : int(w.max()) + 1, 2 * j0 : 2 * j1].T  # [rows, windows of this block]
                 out[t, at] += (2.0 / n) * proj[np.arange(len(w)), w - first]
     return out
+
+
+def cdf_start(lo, cs: tuple[int, ...], n: int, n_rows: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """What a Fourier CDF starts from: the windows' distinct starts (runs of equal ``lo``, one
+    integer or one per row), each row's run (None for one start) and the sums' first term,
+    ``(c + 1 - lo) / n`` per threshold and row."""
+    if np.ndim(lo) > 0:
+        new = np.empty(len(lo), dtype=bool)
+        new[:1] = True
+        np.not_equal(lo[1:], lo[:-1], out=new[1:])
+        lows, which = lo[new], np.cumsum(new) - 1
+    else:
+        lows, which = np.array([lo]), None
+    out = np.empty((len(cs), n_rows))
+    for t, c in enumerate(cs):
+        np.subtract(c + 1, lo, out=out[t])
+    out /= n
+    return lows, which, out
 
 
 def _split(row_top: np.ndarray) -> tuple[int, int]:

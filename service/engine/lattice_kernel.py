@@ -28,7 +28,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from service.engine.lattice import EPS_TERM, _tables, _window
+from service.engine.lattice import EPS_TERM, _tables, _window, cdf_start
 
 
 def _compiled(fn):
@@ -92,18 +92,10 @@ def fourier_cdf(
     ``[len(cs), rows]``, computed row by row (``lo`` one integer or one per row, rows with
     equal ``lo`` adjacent)."""
     m = (n - 1) // 2
-    if np.ndim(lo) > 0:
-        lo = np.asarray(lo, dtype=np.int64)
-        new = np.empty(len(lo), dtype=bool)
-        new[:1] = True
-        np.not_equal(lo[1:], lo[:-1], out=new[1:])
-        lows, which = lo[new], np.cumsum(new) - 1
-    else:
-        lows, which = np.array([lo], dtype=np.int64), np.zeros(len(pmf), dtype=np.int64)
-    out = np.empty((len(cs), len(pmf)))
-    for t, c in enumerate(cs):
-        np.subtract(c + 1, lo, out=out[t])
-    out /= n
+    lo = np.asarray(lo, dtype=np.int64) if np.ndim(lo) > 0 else int(lo)
+    lows, which, out = cdf_start(lo, cs, n, len(pmf))
+    if which is None:
+        which = np.zeros(len(pmf), dtype=np.int64)
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
