@@ -10,7 +10,8 @@ function here gives, per case, either ``τ`` or a rigorous bracket ``lo <= τ <=
 2. **Berry–Esseen** (``berry_esseen_bracket``: normal law ± ``0.4748·ρ/(σ³√k)``): the middle;
 3. **short sum** (``approx_bracket``): the sum below over a window of ``S`` much shorter than
    its support, with the aliased mass bounded by Bennett and the truncation bounded: width
-   about 1e-4 (its sums by the compiled loop of ``lattice_kernel``);
+   about 1e-4 (its sums by the compiled loop of ``lattice_kernel`` in replays past
+   ``COMPILED_FROM``);
 4. **exact** (``tail``): the sum below over the whole support, to rounding (1e-13).
 
 ``tail`` computes ``τ`` without an inverse transform: with ``n`` larger than the support of

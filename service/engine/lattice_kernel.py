@@ -16,9 +16,10 @@ term above ``eps``, where numpy's block of rows stops at a column shared by the 
 leave out only terms of ``|φ_j|^k <= eps``, within ``lattice.truncation_error``, which the
 brackets already add.
 
-The first call in a process compiles (about 0.6 s) or loads the compiled code from numba's
-cache beside this file, or in the user's cache when the package is read-only (about 0.2 s);
-``warm`` does it ahead, so a worker pays it before its first job.
+Importing this module costs a process about 0.4 s (numba), and the first call compiles (about
+0.6 s) or loads the compiled code from numba's cache beside this file, or in the user's cache
+when the package is read-only (about 0.2 s): ``lattice.COMPILED_FROM`` says which replays repay
+that. ``warm`` pays it ahead (``benchmarks/multitrial_speed.py`` keeps it off its clock so).
 """
 
 from __future__ import annotations
