@@ -49,6 +49,10 @@ def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover 
     n_t = gmat.shape[0]
     re = np.empty(m)
     im = np.empty(m)
+    zr = np.empty(m)
+    zi = np.empty(m)
+    pr = np.empty(m)
+    pi = np.empty(m)
     for r in range(n_rows):
         re[:] = 0.0
         im[:] = 0.0
@@ -62,22 +66,30 @@ def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover 
         for j in range(m):
             if re[j] * re[j] + im[j] * im[j] > thr:
                 top = j + 1
-        for j in range(top):  # φ^k by repeated squaring, in place
-            zr, zi = re[j], im[j]
-            e = k
-            started = False
-            pr, pi = 0.0, 0.0
-            while True:
-                if e & 1:
-                    if started:
-                        pr, pi = pr * zr - pi * zi, pr * zi + pi * zr
-                    else:
-                        pr, pi, started = zr, zi, True
-                e >>= 1
-                if e == 0:
-                    break
-                zr, zi = zr * zr - zi * zi, zr * zi + zi * zr
-            re[j], im[j] = pr, pi
+        for j in range(top):
+            zr[j], zi[j] = re[j], im[j]
+        # φ^k by repeated squaring, every frequency of the row at each step (a loop that
+        # vectorises): the products of ``lattice._power``, frequency by frequency
+        e = k
+        started = False
+        while True:
+            if e & 1:
+                if started:
+                    for j in range(top):
+                        x, y = pr[j] * zr[j] - pi[j] * zi[j], pr[j] * zi[j] + pi[j] * zr[j]
+                        pr[j], pi[j] = x, y
+                else:
+                    for j in range(top):
+                        pr[j], pi[j] = zr[j], zi[j]
+                    started = True
+            e >>= 1
+            if e == 0:
+                break
+            for j in range(top):
+                x, y = zr[j] * zr[j] - zi[j] * zi[j], zr[j] * zi[j] + zi[j] * zr[j]
+                zr[j], zi[j] = x, y
+        for j in range(top):
+            re[j], im[j] = pr[j], pi[j]
         w = which[r]
         for t in range(n_t):
             acc = 0.0
