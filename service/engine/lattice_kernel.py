@@ -3,9 +3,9 @@
 Why compiled: in numpy the short sum is some sixty array operations per group of rows of one
 ``(k, c, n)``, and a replay of multi-trial records meets about 150 such groups per block of
 cases, most of a few hundred rows. The interpreter's share of that work held the GIL for
-about half of a replay of ``terminal_bench_1_fractional`` (py-spy ``--gil``: 1,023 samples of
-a chunk thread holding it in about 2,000 of replay time), so the threads of a one-process
-replay ran side by side only 1.1-1.4x faster than one. Here each row is one pass: its
+roughly half of a replay of ``terminal_bench_1_fractional`` (py-spy ``--gil`` at 200 Hz: 1,023
+samples of a chunk thread holding it, against an estimated 1,900 of replay time), and the
+threads of a one-process replay ran side by side only 1.1-1.4x faster than one. Here each row is one pass: its
 characteristic function at every frequency, the last frequency whose term matters, its
 ``k``-th power by the same repeated squaring as ``lattice._power`` and the projections on
 its windows, with the GIL released.
@@ -24,12 +24,10 @@ that. ``warm`` pays it ahead (``benchmarks/multitrial_speed.py`` keeps it off it
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 from numba import njit
 
-from service.engine.lattice import EPS_TERM, _tables, _window, cdf_start
+from service.engine.lattice import EPS_TERM, _tables, cdf_start, windows
 
 
 def _compiled(fn):
@@ -49,8 +47,6 @@ def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover 
     n_t = gmat.shape[0]
     re = np.empty(m)
     im = np.empty(m)
-    zr = np.empty(m)
-    zi = np.empty(m)
     pr = np.empty(m)
     pi = np.empty(m)
     for r in range(n_rows):
@@ -66,35 +62,31 @@ def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover 
         for j in range(m):
             if re[j] * re[j] + im[j] * im[j] > thr:
                 top = j + 1
-        for j in range(top):
-            zr[j], zi[j] = re[j], im[j]
-        # φ^k by repeated squaring, every frequency of the row at each step (a loop that
-        # vectorises): the products of ``lattice._power``, frequency by frequency
+        # φ^k into pr, pi by repeated squaring of re, im in place, every frequency of the row at
+        # each step (a loop that vectorises): the products of ``lattice._power``
         e = k
         started = False
         while True:
             if e & 1:
                 if started:
                     for j in range(top):
-                        x, y = pr[j] * zr[j] - pi[j] * zi[j], pr[j] * zi[j] + pi[j] * zr[j]
+                        x, y = pr[j] * re[j] - pi[j] * im[j], pr[j] * im[j] + pi[j] * re[j]
                         pr[j], pi[j] = x, y
                 else:
                     for j in range(top):
-                        pr[j], pi[j] = zr[j], zi[j]
+                        pr[j], pi[j] = re[j], im[j]
                     started = True
             e >>= 1
             if e == 0:
                 break
             for j in range(top):
-                x, y = zr[j] * zr[j] - zi[j] * zi[j], zr[j] * zi[j] + zi[j] * zr[j]
-                zr[j], zi[j] = x, y
-        for j in range(top):
-            re[j], im[j] = pr[j], pi[j]
+                x, y = re[j] * re[j] - im[j] * im[j], re[j] * im[j] + im[j] * re[j]
+                re[j], im[j] = x, y
         w = which[r]
         for t in range(n_t):
             acc = 0.0
             for j in range(top):
-                acc += re[j] * gmat[t, w, 2 * j] + im[j] * gmat[t, w, 2 * j + 1]
+                acc += pr[j] * gmat[t, w, 2 * j] + pi[j] * gmat[t, w, 2 * j + 1]
             out[t, r] += scale * acc
 
 
@@ -112,22 +104,13 @@ def fourier_cdf(
     if m == 0 or not len(pmf):
         return out
     cos, nsin = _tables(values, n)
-    gmat = _windows(n, tuple(lows.tolist()), tuple(cs))  # [c, windows, 2m]
+    gmat = windows(n, tuple(lows.tolist()), tuple(cs))  # [c, windows, 2m]
     # the slack of ``_fourier_cdf`` for the rounding of |φ|² (V products of magnitude <= 1)
     thr = eps ** (2.0 / k) - 4e-16 * (len(values) + 2)
     _rows(
         np.ascontiguousarray(pmf, dtype=np.float64), cos, nsin, int(k), which.astype(np.int64), gmat, thr, 2.0 / n, out
     )
     return out
-
-
-@lru_cache(maxsize=1024)
-def _windows(n: int, lows: tuple[int, ...], cs: tuple[int, ...]) -> np.ndarray:
-    """The windows ``G`` of a call, ``[len(cs), len(lows), 2m]``: calls of a replay meet the same
-    few hundred combinations again and again (``lattice._window`` holds each window)."""
-    g = np.stack([np.stack([_window(n, low, c) for low in lows]) for c in cs])
-    g.flags.writeable = False
-    return g
 
 
 def warm() -> None:
