@@ -23,6 +23,7 @@ Re(φ_j^k·G_j)`` where ``G_j`` sums ``e^{iω_j s}`` over the support up to ``c`
 from __future__ import annotations
 
 import math
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -464,12 +465,24 @@ def approx_runs(
 
 COMPILED_FROM = 4_000_000
 """Lattice bootstrap cases (pairs × bootstrap configurations × seeds × orders × budgets) from
-which a replay computes its short sums by the compiled loop of ``lattice_kernel``. Loading it
-costs a process about 0.45 s (numba's import, the kernel from numba's cache; 1 s when it
-compiles) and saves about 0.4 µs per short sum, which about a quarter of the cases reach. In
-a fresh process on two threads, the exact bootstrap of ``terminal_bench_core_0.1.1`` (1.5 M
-cases) took 0.70 s that way against 0.52 s in numpy; ``terminal_bench_1_fractional`` (5.7 M)
-1.42-1.62 s against 1.40-1.57 s; larger replays, and a process's later replays, gain."""
+which a replay loads the compiled loop of ``lattice_kernel`` for its short sums, in a process
+that has not loaded it yet (one that has uses it for every replay: ``kernel_loaded``).
+Loading it costs a process about 0.45 s (numba's import, the kernel from numba's cache; 1 s
+when it compiles) and saves about 0.4 µs per short sum, which about a quarter of the cases
+reach. In a fresh process on two threads, the exact bootstrap of
+``terminal_bench_core_0.1.1`` (1.5 M cases) took 0.70 s that way against 0.52 s in numpy;
+``terminal_bench_1_fractional`` (5.7 M) 1.42-1.62 s against 1.40-1.57 s; larger replays, and
+a process's later replays, gain."""
+
+
+def kernel_loaded() -> bool:
+    """Whether this process has loaded ``lattice_kernel`` (a Celery worker does at start, any
+    process on its first replay past ``COMPILED_FROM``): then every short sum may use it.
+
+    The choice cannot change a report: a stage settles a case only where its bracket, which
+    holds the exact tail whichever way the sum was computed, lies on one side of the
+    breakpoint, so either way the case gets the decision of its exact tail."""
+    return "service.engine.lattice_kernel" in sys.modules
 
 
 def _short_sum(pmf: np.ndarray, values: tuple[int, ...], k: int, lo: np.ndarray, cs: tuple[int, ...], n: int,

@@ -21,7 +21,14 @@ from functools import lru_cache
 import numpy as np
 
 from service.engine import rules as R
-from service.engine.lattice import COMPILED_FROM, approx_runs, bennett_bracket, berry_esseen_bracket, tail
+from service.engine.lattice import (
+    COMPILED_FROM,
+    approx_runs,
+    bennett_bracket,
+    berry_esseen_bracket,
+    kernel_loaded,
+    tail,
+)
 
 
 class Histograms:
@@ -226,9 +233,13 @@ class Tails:
 
 
 def compiled_short_sums(plan) -> bool:
-    """Whether a replay's lattice bootstrap is large enough to repay loading the compiled short
-    sum (``lattice.COMPILED_FROM``): decided on the whole replay, so that every chunk of it, in
-    any process, computes its sums the same way."""
+    """Whether a replay computes its short sums by the compiled loop: where this process has
+    it loaded already (``lattice.kernel_loaded``), or where the replay's lattice bootstrap is
+    large enough to repay loading it (``lattice.COMPILED_FROM``, counted on the whole replay).
+    Either way gives the same report (``kernel_loaded`` says why), so chunks of one replay in
+    different processes may choose differently."""
+    if kernel_loaded():
+        return True
     boot = sum(1 for cfg in plan.configs if cfg.policy.rule == "bootstrap")
     return boot * plan.n_pairs * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets) >= COMPILED_FROM
 

@@ -145,13 +145,15 @@ def test_a_running_chunk_stops_at_its_next_progress_report(monkeypatch):
 
 
 def test_compiled_short_sums_give_the_numpy_report(monkeypatch):
-    """A replay past ``lattice.COMPILED_FROM`` computes its short sums in ``lattice_kernel``
-    (threads, every bootstrap configuration): the report is the one numpy gives, and the
-    threshold counts the bootstrap cases of the whole replay."""
+    """A replay past ``lattice.COMPILED_FROM``, or any replay in a process that has loaded
+    ``lattice_kernel``, computes its short sums there (threads, every bootstrap configuration):
+    the report is the one numpy gives, and the threshold counts the bootstrap cases of the
+    whole replay."""
     records, spec = _fractional(), _spec()
     plan = plan_replay(records, spec)
     boot_cases = 4 * plan.n_pairs * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets)  # 2 B x 2 deltas
     monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases + 1)
+    monkeypatch.setattr(LD, "kernel_loaded", lambda: False)  # other tests of this process may have loaded it
     assert not LD.compiled_short_sums(plan)
     calls = []
     real = LT._short_sum
@@ -165,3 +167,21 @@ def test_compiled_short_sums_give_the_numpy_report(monkeypatch):
     compiled = run_replay(records, spec, chunks=6)
     assert calls and all(calls)
     assert compiled == in_numpy
+    monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases + 1)
+    monkeypatch.setattr(LD, "kernel_loaded", lambda: True)  # a worker that preloaded it
+    assert LD.compiled_short_sums(plan)
+    calls.clear()
+    assert run_replay(records, spec, chunks=6) == in_numpy
+    assert calls and all(calls)
+
+
+def test_kernel_loaded_means_imported():
+    """``kernel_loaded`` is true once ``lattice_kernel`` is imported, and the import has the
+    kernel ready (a worker preloads it: ``service.replays.tasks``)."""
+    import service.engine.lattice_kernel as K
+    import service.replays.tasks  # noqa: F401  (registers its preloads)
+    from service.jobs import PRELOAD
+
+    assert LT.kernel_loaded()
+    assert "service.engine.lattice_kernel" in PRELOAD
+    assert K._rows.signatures  # compiled (or loaded from numba's cache) on import
