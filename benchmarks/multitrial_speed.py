@@ -63,13 +63,13 @@ def child(dataset: str, rule: str, orders: int, cold: bool) -> None:
         return
     cases = total_cases(plan)
     jit = 0.0
-    if lattice_valued(plan) and policy == "coverage_bootstrap" and not cold:  # as a worker at start
+    lattice_bootstrap = policy == "coverage_bootstrap" and lattice_valued(plan)
+    if lattice_bootstrap and not cold:  # as a worker at start
         t = time.perf_counter()
         import service.engine.lattice_kernel  # noqa: F401  (numba's import and the kernel's load)
 
         jit = time.perf_counter() - t
-    sums = "-" if policy != "coverage_bootstrap" or not lattice_valued(plan) else (
-        "compiled" if compiled_short_sums(plan) else "numpy")
+    sums = ("compiled" if compiled_short_sums(plan) else "numpy") if lattice_bootstrap else "-"
     t0, c0 = time.perf_counter(), time.process_time()
     report = run_replay(records, spec, jobs=1)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
