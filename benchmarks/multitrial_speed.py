@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from service.engine.chunk import lattice_valued  # noqa: E402
 from service.engine.lattice_decisions import compiled_short_sums  # noqa: E402
+from service.engine.malloc import keep_freed_memory  # noqa: E402
 from service.engine.records import load_records  # noqa: E402
 from service.engine.replay import plan_replay, run_replay, total_cases  # noqa: E402
 from service.engine.spec import SpecError, make_spec  # noqa: E402
@@ -53,6 +54,7 @@ RULES = {
 
 def child(dataset: str, rule: str, orders: int, cold: bool) -> None:
     """Replay one (dataset, rule) in this fresh process; print time, cases and peak RSS as JSON."""
+    keep_freed_memory()  # as `sufficiency replay` and a Celery worker do (service/engine/malloc.py)
     policy, resamples = RULES[rule]
     records = load_records(str(DATA / dataset / "records.csv"))
     spec = make_spec(policies=[policy], deltas=[0], orders=orders, groups=[None], bootstrap=[resamples])
