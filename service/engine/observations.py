@@ -17,6 +17,7 @@ import numpy as np
 
 from service.engine.coverage import required
 from service.engine.errors import FieldError
+from service.engine.records import MAX_TRIAL
 
 
 class LiveError(FieldError):
@@ -156,13 +157,17 @@ def aggregate_columns(universe: Universe, system: Sequence[str], task: Sequence[
     if len(bad):
         i = int(bad[0])
         raise LiveError(f"{at(i)}.task_id", f"task '{task[i]}' is not in the task universe")
+    trial_range = f"trial must be an integer from 0 to {MAX_TRIAL:,}"
     try:
         tr = np.asarray(trial, dtype=np.int64).reshape(-1)
+    except OverflowError:  # past int64: name the row
+        i = next(i for i, t in enumerate(trial) if not -(2**63) <= t < 2**63)
+        raise LiveError(f"{at(i)}.trial", trial_range) from None
     except (TypeError, ValueError):
-        raise LiveError(field, "trial must be an integer >= 0") from None
-    bad = np.flatnonzero(tr < 0)
+        raise LiveError(field, trial_range) from None
+    bad = np.flatnonzero((tr < 0) | (tr > MAX_TRIAL))
     if len(bad):
-        raise LiveError(f"{at(int(bad[0]))}.trial", "trial must be an integer >= 0")
+        raise LiveError(f"{at(int(bad[0]))}.trial", trial_range)
     try:
         val = np.asarray(outcome, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):

@@ -23,6 +23,9 @@ import numpy as np
 REQUIRED = ("system", "task_id", "outcome")
 """Columns every record needs; ``trial`` defaults to 0 and ``cost`` to missing."""
 CORE = ("system", "task_id", "trial", "outcome", "cost")
+MAX_TRIAL = 2**31 - 1
+"""Largest ``trial`` (a repeat index): what the live tables' integer column holds on every
+database, so a record or an observation that one backend accepts is not refused by another."""
 MAX_ERRORS = 20
 """List this many problems (the first few are what a user fixes); all of them are counted."""
 TRUE_WORDS, FALSE_WORDS = frozenset({"true"}), frozenset({"false"})
@@ -469,8 +472,9 @@ def from_rows(rows: Sequence[Mapping[str, object]], limits: RecordLimits | None 
         trial = 0
         if not _blank(r.get("trial")):
             t = _number(r["trial"])
-            if t is None or not math.isfinite(t) or t != int(t) or t < 0 or isinstance(r["trial"], bool):
-                err(i, "trial", f"must be an integer >= 0, got {_show(r['trial'])}")
+            if (t is None or not math.isfinite(t) or t != int(t) or not 0 <= t <= MAX_TRIAL
+                    or isinstance(r["trial"], bool)):
+                err(i, "trial", f"must be an integer from 0 to {MAX_TRIAL:,}, got {_show(r['trial'])}")
                 bad = True
             else:
                 trial = int(t)

@@ -235,6 +235,9 @@ def test_input_errors_name_the_field() -> None:
         ([("A", "x", 0, float("nan"))], "observations[0].outcome"),
         ([("A", "x", 0, 1.0), ("A", "x", 0, 1.0)], "observations[1]"),
         ([("C", "x", 0, 1.0)], "observations[0].system"),
+        ([("A", "x", 0, 1.0), ("B", "x", 2**31, 1.0)], "observations[1].trial"),  # past MAX_TRIAL
+        ([("A", "x", 0, 1.0), ("B", "x", 2**70, 1.0)], "observations[1].trial"),  # past int64: no crash
+        ([("A", "x", -1, 1.0)], "observations[0].trial"),
     ]:
         with pytest.raises(LiveError) as err:
             aggregate(u, rows, ("A", "B"))

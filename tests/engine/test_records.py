@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine.records import RecordsError, filter_systems, group_labels, parse_records
+from service.engine.records import MAX_TRIAL, RecordsError, filter_systems, group_labels, parse_records
 from tests.conftest import shared_dataset
 
 CSV = """system,task_id,trial,outcome,cost,repo
@@ -55,6 +55,8 @@ def test_jsonl_equals_csv():
         ("system,task_id,outcome,cost\nA,t,1,-1\nB,t,1,\n", 1, "cost"),
         ("system,task_id,outcome,cost\nA,t,1,inf\nB,t,1,\n", 1, "cost"),
         ("system,task_id,outcome\nA,t,1\nB,t,1\nA,t,0\n", 3, "trial"),
+        ("system,task_id,trial,outcome\nA,t,2147483648,1\nB,t,0,1\n", 1, "trial"),  # past MAX_TRIAL
+        ("system,task_id,trial,outcome\nA,t,0,1\nB,t,1e300,1\n", 2, "trial"),  # past int64: no crash
         ("system,task_id,outcome,repo\nA,t,1,x\nB,t,1,y\n", 2, "repo"),
         ("system,task_id,outcome\nA,t,1\nA,u,1\n", None, "system"),
     ],
@@ -181,3 +183,9 @@ def test_load_records_takes_a_path_like_and_reads_the_format_from_its_extension(
         with pytest.raises(RecordsError) as info:
             load_records(given)
         assert {e.field for e in info.value.errors} >= {"system", "task_id", "outcome"}
+
+
+def test_trial_bound_is_inclusive():
+    """``MAX_TRIAL`` itself is a trial (the live tables' integer column holds it)."""
+    rec = parse_records(f"system,task_id,trial,outcome\nA,t,{MAX_TRIAL},1\nB,t,0,1\n", "csv")
+    assert rec.raw_trial.tolist() == [MAX_TRIAL, 0]

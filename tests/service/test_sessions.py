@@ -111,6 +111,9 @@ def test_bad_observations_are_422_naming_the_field(client: TestClient) -> None:
     assert field(sid, [{"task_id": "t00", "system": "new", "outcome": 2}]) == "observations[0].outcome"
     assert field(sid, [{"task_id": "t00", "system": "new", "trial": 1, "outcome": 1}]) == "observations[0].trial"
     assert field(mc, [{"task_id": "t00", "system": "new", "outcome": 0.5}]) == "observations[0].outcome"
+    for trial in (2**31, 2**70):  # past MAX_TRIAL, and past int64 (no bare OverflowError)
+        row = {"task_id": "t00", "system": "new", "trial": trial, "outcome": 1}
+        assert field(sid, [row]) == "observations[0].trial"
     r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "rule": "mcnemar", "delta": 5})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "delta"
     r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "system_a": "x", "system_b": "x"})
