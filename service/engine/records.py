@@ -17,8 +17,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 
 import numpy as np
+
+from service.engine.csv_columns import clean_columns
 
 REQUIRED = ("system", "task_id", "outcome")
 """Columns every record needs; ``trial`` defaults to 0 and ``cost`` to missing."""
@@ -250,7 +253,7 @@ def parse_records(data: bytes | str, fmt: str | None = None, filename: str | Non
     if fmt is None:
         fmt = "jsonl" if text.lstrip().startswith("{") else "csv"
     if fmt == "csv":
-        return from_rows(_csv_rows(text, limits), limits)
+        return _from_csv(text, limits)
     if fmt == "jsonl":
         return from_rows(_jsonl_rows(text, limits), limits)
     raise ValueError(f"unknown format '{fmt}': use csv or jsonl")
@@ -268,7 +271,26 @@ def _too_many_rows(n: int, limit: int) -> RecordsTooLarge:
     return RecordsTooLarge(f"the dataset has {n:,} records; the limit is {limit:,}")
 
 
-def _csv_rows(text: str, limits: RecordLimits) -> list[Mapping[str, object]]:
+def _from_csv(text: str, limits: RecordLimits) -> Records:
+    """CSV records: a clean file column by column (``csv_columns``), else row by row
+    (``from_rows``, which names every problem)."""
+    header, table = _csv_table(text, limits)
+    meta_cols = sorted(c for c in header if c not in CORE)
+    if (all(v is not None for v in table)
+            and (limits.max_rows is None or len(table) <= limits.max_rows)
+            and (limits.max_columns is None or len(meta_cols) + len(CORE) <= limits.max_columns)):
+        cols = clean_columns(header, table, meta_cols, MAX_TRIAL)
+        if cols is not None:
+            return _aggregate(*cols, meta_cols, limits)
+    rows: list = table  # each row's values become its mapping in place: both are never held whole
+    for i, v in enumerate(table):
+        rows[i] = {} if v is None else dict(zip(header, v, strict=True))
+    return from_rows(rows, limits)
+
+
+def _csv_table(text: str, limits: RecordLimits) -> tuple[list[str], list[list[str] | None]]:
+    """The header and each row's values (None for a blank line, which ``from_rows`` reports);
+    rows of another width than the header are refused here, naming them."""
     if not text.strip():
         raise RecordsError([RecordError(None, None, "the file is empty")])
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -280,30 +302,39 @@ def _csv_rows(text: str, limits: RecordLimits) -> list[Mapping[str, object]]:
     if limits.max_columns is not None and len(header) > limits.max_columns:
         raise RecordsTooLarge(f"the CSV header has {len(header):,} columns; the limit is {limits.max_columns:,}")
     _check_header(header)
-    rows: list[Mapping[str, object]] = []
+    rows: list[list[str] | None] = []
     width: list[RecordError] = []
     n_width = 0
+    try:  # the common case, read whole: every row full, none blank (its first value is not)
+        table = list(reader if limits.max_rows is None else islice(reader, limits.max_rows))
+        if next(reader, None) is None and all(len(v) == len(header) and v[0].strip() for v in table):
+            return header, table
+    except csv.Error:
+        pass
+    table = None  # (not held while the rows are read again)
+    reader = csv.reader(io.StringIO(text, newline=""))  # again, row by row, to say what is wrong
+    next(reader)
     try:
         for i, values in enumerate(reader, start=1):
             if limits.max_rows is not None and i > limits.max_rows:
                 raise _too_many_rows(i + sum(1 for v in reader if v and any(x.strip() for x in v)), limits.max_rows)
-            if not values or all(not v.strip() for v in values):
-                rows.append({})  # blank line: keeps numbering, reported below
+            if not values or (not values[0].strip() and all(not v.strip() for v in values)):
+                rows.append(None)  # blank line: keeps numbering, reported by from_rows
                 continue
             if len(values) != len(header):
                 n_width += 1
                 if len(width) < MAX_ERRORS:
                     width.append(RecordError(i, None, f"has {len(values)} values, the header has {len(header)} "
                                                       f"({', '.join(header)})"))
-                rows.append({})
+                rows.append(None)
                 continue
-            rows.append(dict(zip(header, values, strict=True)))
+            rows.append(values)
     except csv.Error as exc:
         raise RecordsError([*width, RecordError(len(rows) + 1, None, f"CSV syntax error: {exc}")],
                            total=n_width + 1, bad_rows=n_width + 1) from None
     if width:
         raise RecordsError(width, total=n_width, bad_rows=n_width)
-    return rows
+    return header, rows
 
 
 def _jsonl_rows(text: str, limits: RecordLimits) -> list[Mapping[str, object]]:
@@ -515,6 +546,13 @@ def from_rows(rows: Sequence[Mapping[str, object]], limits: RecordLimits | None 
 
     if errors:
         raise RecordsError(errors, total=counts["total"], bad_rows=len(bad_rows))
+    return _aggregate(systems, tasks, trials, outcomes, costs, task_meta, meta_cols, limits)
+
+
+def _aggregate(systems: list[str], tasks: list[str], trials: list[int], outcomes: list[float], costs: list[float],
+               task_meta: dict[str, tuple[str, ...]], meta_cols: Sequence[str], limits: RecordLimits) -> Records:
+    """``Records`` from validated rows (one entry per row in each list; ``task_meta`` per
+    task, in ``meta_cols`` order): the matrices are allocated only within ``limits``."""
     sys_names = sorted(set(systems))
     if len(sys_names) < 2:
         raise RecordsError(
