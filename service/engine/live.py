@@ -47,7 +47,7 @@ from service.engine.numbers import clean as _clean
 from service.engine.observations import LiveError, Observed, Universe, aggregate, make_universe
 from service.engine.observations import aggregate_columns as aggregate_columns  # re-exported: callers import
 from service.engine.observations import aggregate_single as aggregate_single  # them from here
-from service.engine.spec import ANYTIME_RULES, DEFAULT_BUDGETS, RULES
+from service.engine.spec import ANYTIME_RULES, DEFAULT_BUDGETS, MAX_RESAMPLES, RULES
 from service.engine.suggest import budget_points, next_tasks
 from service.engine.suggest import recommended_order as recommended_order
 
@@ -97,8 +97,9 @@ def make_live_spec(*, rule: str = "bootstrap", delta: float = 0.0, a: float = 0.
         raise LiveError("a", "the level a must be in (0, 1)")
     if floor not in FLOORS:
         raise LiveError("floor", f"unknown floor '{floor}'; floors: {', '.join(FLOORS)}")
-    if bootstrap != "exact" and not (isinstance(bootstrap, int) and not isinstance(bootstrap, bool) and bootstrap >= 1):
-        raise LiveError("bootstrap", "bootstrap is 'exact' or a number of resamples >= 1")
+    if bootstrap != "exact" and not (isinstance(bootstrap, int) and not isinstance(bootstrap, bool)
+                                     and 1 <= bootstrap <= MAX_RESAMPLES):
+        raise LiveError("bootstrap", f"bootstrap is 'exact' or a number of resamples from 1 to {MAX_RESAMPLES:,}")
     grid = tuple(DEFAULT_LIVE_BUDGETS if budgets is None else budgets)
     if not grid:
         raise LiveError("budgets", "give at least one budget")

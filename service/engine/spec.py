@@ -17,6 +17,8 @@ from service.engine.errors import FieldError
 
 ORDERS = ("uniform", "stratified", "cost_ascending", "neyman")
 RULES = ("forced", "bootstrap", "paired_normal", "mcnemar", "serfling", "anytime", "anytime_eb")
+MAX_RESAMPLES = 1_000_000
+"""Largest finite bootstrap ``B``, in replays and live decisions alike."""
 ANYTIME_RULES = ("anytime", "anytime_eb")
 """Rules valid when consulted after every task: ``anytime`` (betting, ``engine/betting.py``) and
 its predecessor ``anytime_eb`` (empirical Bernstein, ``rules.anytime_paths``), kept as a baseline."""
@@ -302,8 +304,8 @@ def validate_spec(spec: ReplaySpec) -> None:
     for b in spec.bootstrap:
         if b == "exact":
             continue
-        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 1_000_000:
-            raise SpecError("bootstrap", f"must be 'exact' or an integer in [1, 1000000], got {b!r}")
+        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_RESAMPLES:
+            raise SpecError("bootstrap", f"must be 'exact' or an integer in [1, {MAX_RESAMPLES}], got {b!r}")
     if not spec.a:
         raise SpecError("a", "at least one level is needed")
     for a in spec.a:

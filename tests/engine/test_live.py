@@ -212,6 +212,7 @@ def test_stratified_recommended_order_meets_coverage_at_every_prefix() -> None:
         ({"floor": "most"}, "floor"),
         ({"a": 1.5}, "a"),
         ({"bootstrap": 0}, "bootstrap"),
+        ({"bootstrap": 1_000_001}, "bootstrap"),  # past MAX_RESAMPLES, as in replays
         ({"budgets": [0.5, 1.5]}, "budgets[1]"),
     ],
 )

@@ -124,6 +124,8 @@ def test_bad_observations_are_422_naming_the_field(client: TestClient) -> None:
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "universe"
     r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "rule": "vote"})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "rule"
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": IDS}, "bootstrap": 2**70})  # unused by anytime,
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "bootstrap"  # but stored: refused alike
     assert client.post("/v1/sessions/00000000-0000-0000-0000-000000000000/observations",
                        json={"observations": [{"task_id": "t00", "system": "new", "outcome": 1}]}).status_code == 404
 
