@@ -287,9 +287,15 @@ def true_rank(entry_y: np.ndarray, board: Board) -> int:
     return 1 + worse_or_equal
 
 
+MAX_WIDTH = 2**31 - 1
+"""Largest ``width`` the placements table stores on every database (any width past the board's
+size already stops at once)."""
+
+
 def check_width(width: object) -> int:
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise LiveError("width", "width is the number of ranks the interval may span: an integer >= 1")
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+        raise LiveError("width", f"width is the number of ranks the interval may span: an integer from 1 to "
+                                 f"{MAX_WIDTH:,}")
     return int(width)
 
 

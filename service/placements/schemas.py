@@ -28,7 +28,8 @@ class PlacementCreate(BaseModel):
     floor: str = Field(default="proportional", description="Coverage floor over the groups.")
     coverage_aware: bool = Field(default=True, description="No comparison concludes while coverage is unmet.")
     trials: int = Field(default=1, ge=1, le=1000, description="Trials per task before a task counts.")
-    seed: int | None = Field(default=None, description="Seed of the placement order (default: from the board).")
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1,
+                             description="Seed of the placement order (default: from the board).")
 
 
 class PlacementObservationIn(BaseModel):

@@ -91,6 +91,10 @@ def test_appends_are_idempotent_and_bad_input_stores_nothing(client: TestClient)
     assert field(client.post(url, json={**base, "system": systems[0]})) == "system"
     assert field(client.post(url, json={**base, "dataset_id": "00000000-0000-0000-0000-000000000000"})) == "dataset_id"
     assert field(client.post(url, json={**base, "width": 0})) == "width"
+    for value in (2**31, 2**70):  # past the table's column on either database: named, not "out of range"
+        assert field(client.post(url, json={**base, "width": value})) == "width"
+    for value in (-5, 2**63):  # -5 was a 500 (numpy refuses a negative seed)
+        assert field(client.post(url, json={**base, "seed": value})) == "seed"
     assert field(client.post(url, json={**base, "rule": "bootstrap"})) == "rule"
     assert field(client.post(url, json={**base, "group": "nope"})) == "group"
     p = client.post(url, json={**base, "trials": 2}).json()
