@@ -1,0 +1,79 @@
+"""Every integer a request body carries, at its extremes, on SQLite and Postgres.
+
+An integer past what numpy or a table's column holds used to reach them: a placement seed of
+-5 was a 500 (numpy refuses a negative seed), a trial of 2**70 a bare OverflowError, a
+session B of 2**70 stored on SQLite and refused by Postgres. Here each integer field of each
+request, in an otherwise valid body, is sent as -1, 2**31, 2**63 and 2**70: the answer is
+never a 5xx, and a 422 names a field, never the catch-all ``request`` of a value the
+database refused (which is also how a value one database stores and the other refuses
+shows).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.service.conftest import synth_csv, upload
+
+EXTREMES = (-1, 2**31, 2**63, 2**70)
+
+
+def _set(body: dict, path: str, value: int) -> dict:
+    """``body`` with the field at ``path`` (``a.b``, ``a[0].b``) set to ``value``."""
+    out = copy.deepcopy(body)
+    node: Any = out
+    parts = path.replace("[", ".[").split(".")
+    for i, part in enumerate(parts):
+        key: Any = int(part[1:-1]) if part.startswith("[") else part
+        if i == len(parts) - 1:
+            node[key] = value
+        else:
+            node = node[key]
+    return out
+
+
+def _cases(client: TestClient) -> list[tuple[str, str, dict, str]]:
+    ds = upload(client, synth_csv(seed=5, n_systems=3, n_tasks=20))
+    ids = [f"t{i}" for i in range(20)]
+    universe = {"task_ids": ids}
+    session = client.post("/v1/sessions", json={"universe": universe}).json()["id"]
+    placement = client.post("/v1/placements", json={"dataset_id": ds["id"], "system": "newcomer"})
+    assert placement.status_code == 201, placement.text
+    pid, first = placement.json()["id"], placement.json()["order"][0]
+    decision = {"system_a": "A", "system_b": "B", "universe": universe, "rule": "bootstrap", "bootstrap": 200,
+                "observations": [{"system": "A", "task_id": "t0", "trial": 0, "outcome": 1.0}], "seed": 0}
+    cases = [("/v1/decisions", decision, f) for f in ("seed", "bootstrap", "observations[0].trial")]
+    cases += [("/v1/sessions", {"universe": universe, "bootstrap": 200, "trials": 1, "seed": 0}, f)
+              for f in ("bootstrap", "trials", "seed")]
+    cases += [(f"/v1/sessions/{session}/observations",
+               {"observations": [{"system": "A", "task_id": "t0", "trial": 0, "outcome": 1.0}]},
+               "observations[0].trial")]
+    cases += [("/v1/placements", {"dataset_id": ds["id"], "system": "another", "width": 1, "trials": 1, "seed": 0}, f)
+              for f in ("width", "trials", "seed")]
+    cases += [(f"/v1/placements/{pid}/observations", {"observations": [{"task_id": first, "trial": 0, "outcome": 1.0}]},
+               "observations[0].trial")]
+    cases += [("/v1/replays", {"dataset_id": ds["id"], "orders": 10, "seed": 0, "seeds": 1}, f)
+              for f in ("orders", "seed", "seeds")]
+    rows = [{"system": s, "task_id": t, "trial": 0, "outcome": 1.0} for s in ("a", "b") for t in ("t0", "t1")]
+    cases += [("/v1/datasets", {"rows": rows}, "rows[0].trial")]
+    cases += [("/v1/stats/passk", {"n": 10, "c": 3, "k": 2}, f) for f in ("n", "c", "k")]
+    cases += [("/v1/stats/bound", {"successes": 3, "n": 10}, f) for f in ("successes", "n")]
+    cases += [("/v1/stats/runs", {"max_failure_rate": 0.1, "failures": 0}, "failures")]
+    return cases
+
+
+def test_integer_fields_at_their_extremes(client: TestClient) -> None:
+    cases = _cases(client)
+    for url, body, _ in cases:  # each base body is valid: the field sent is what a 422 is about
+        r = client.post(url, json=body)
+        assert r.status_code in (200, 201, 202), (url, r.text[:300])
+    for url, body, field in cases:
+        for value in EXTREMES:
+            r = client.post(url, json=_set(body, field, value))
+            assert r.status_code < 500, (url, field, value, r.status_code, r.text[:300])
+            if r.status_code == 422:  # named; a value one database would store and the other refuse is not
+                named = [d.get("field") for d in r.json()["detail"]]
+                assert "request" not in named, (url, field, value, r.text[:300])
