@@ -80,8 +80,11 @@ def responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
 
 
 def validation_detail(errors: Any) -> list[dict[str, Any]]:
-    """pydantic's errors as ``[{field, message}]`` (``body`` left out of the field path)."""
+    """pydantic's errors as ``[{field, message}]`` (``body`` left out of the field path); a body
+    that is not JSON is about ``body``, with the decoder's reason."""
     return [
+        {"field": "body", "message": f"not valid JSON: {(e.get('ctx') or {}).get('error') or e.get('msg', '')}"}
+        if e.get("type") == "json_invalid" else
         {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"), "message": e.get("msg", "")}
         for e in errors
     ]

@@ -11,8 +11,9 @@ from service.auth.models import ApiKey
 from service.auth.schemas import KeyCreate, KeyCreated, KeyRead
 from service.deps import SessionDep, SettingsDep
 from service.errors import NotFound, ServiceError, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"])
+router = APIRouter(prefix="/v1/keys", tags=["keys"], route_class=StrictJSONRoute)
 
 
 class Forbidden(ServiceError):

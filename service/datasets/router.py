@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
+from service import json_body
 from service.datasets import repository, service
 from service.datasets.schemas import DatasetDeleted, DatasetPage, DatasetRead, DatasetRowsCreate, DatasetUpdate
 from service.deps import SessionDep, SettingsDep
@@ -29,9 +30,10 @@ from service.errors import (
     UnsupportedMediaType,
     responses,
 )
+from service.json_body import StrictJSONRoute
 from service.limits import record_limits
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=StrictJSONRoute)
 
 FORMATS = ("csv", "jsonl")
 
@@ -132,7 +134,7 @@ async def upload_context(request: Request) -> AsyncIterator[Upload]:
 
 def _json_rows(body: bytes) -> Upload:
     try:
-        payload = DatasetRowsCreate.model_validate(json.loads(body or b"null"))
+        payload = DatasetRowsCreate.model_validate(json_body.loads(body or b"null"))
     except json.JSONDecodeError as exc:
         raise Unprocessable([{"row": None, "field": "body", "message": f"not valid JSON: {exc.msg}"}]) from None
     except ValidationError as exc:

@@ -12,8 +12,9 @@ from service.decisions import service
 from service.decisions.offload import DecisionPool
 from service.decisions.schemas import DecisionCreate, DecisionRead
 from service.errors import NotFound, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 
-router = APIRouter(prefix="/v1/decisions", tags=["decisions"])
+router = APIRouter(prefix="/v1/decisions", tags=["decisions"], route_class=StrictJSONRoute)
 
 
 def _body_schema() -> dict:

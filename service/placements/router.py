@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from service.db import transaction
 from service.errors import Conflict, NotFound, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 from service.placements import service
 from service.placements.schemas import (
     PlacementCreate,
@@ -21,7 +22,7 @@ from service.placements.schemas import (
     PlacementRead,
 )
 
-router = APIRouter(prefix="/v1/placements", tags=["placements"])
+router = APIRouter(prefix="/v1/placements", tags=["placements"], route_class=StrictJSONRoute)
 
 
 @router.post(

@@ -14,6 +14,7 @@ from service.datasets import repository as datasets_repo
 from service.db import transaction
 from service.deps import SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 from service.replays import pairs, repository, service
 from service.replays.filters import check_metric_filters, check_systems
 from service.replays.report_cache import CACHE, not_modified
@@ -28,7 +29,7 @@ from service.replays.schemas import (
     Status,
 )
 
-router = APIRouter(prefix="/v1/replays", tags=["replays"])
+router = APIRouter(prefix="/v1/replays", tags=["replays"], route_class=StrictJSONRoute)
 
 
 @router.post(

@@ -30,6 +30,7 @@ from service.engine import leaderboard as board_stats
 from service.engine import statbase
 from service.engine.spec import NAMED_POLICIES
 from service.errors import NotFound, ServiceError
+from service.json_body import StrictJSONRoute
 from service.limits import record_limits
 from service.replays import pairs as replay_pairs
 from service.replays import repository as replays_repo
@@ -39,7 +40,7 @@ from service.replays.schemas import ReplayCreate
 from service.reports import class_figures, figures, view
 from service.reports import service as reports
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=StrictJSONRoute)
 
 HTML_HEADERS = {
     "Content-Security-Policy": (

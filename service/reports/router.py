@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query, Response
 
 from service.deps import SessionDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 from service.replays import service as replays
 from service.replays.filters import check_deltas
 from service.replays.models import SUCCEEDED
@@ -16,7 +17,7 @@ from service.replays.report_cache import not_modified
 from service.reports import figures
 from service.reports import service as reports
 
-router = APIRouter(prefix="/v1/replays", tags=["reports"])
+router = APIRouter(prefix="/v1/replays", tags=["reports"], route_class=StrictJSONRoute)
 
 FigureName = Literal["unresolved", "errors", "coverage", "classes", "oc"]
 

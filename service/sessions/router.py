@@ -15,10 +15,11 @@ from fastapi import APIRouter, Request, Response, status
 
 from service.db import transaction
 from service.errors import Conflict, NotFound, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 from service.sessions import service
 from service.sessions.schemas import ObservationsCreate, ObservationsResult, SessionCreate, SessionRead
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], route_class=StrictJSONRoute)
 
 
 @router.post(

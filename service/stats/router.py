@@ -24,9 +24,10 @@ from service.engine.samplesize import (
 )
 from service.engine.statbase import StatsInputError, to_dict
 from service.errors import NotFound, Unprocessable, responses
+from service.json_body import StrictJSONRoute
 from service.stats import schemas as S
 
-router = APIRouter(tags=["statistics"])
+router = APIRouter(tags=["statistics"], route_class=StrictJSONRoute)
 
 _ERRORS = responses(Unprocessable)
 

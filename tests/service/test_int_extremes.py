@@ -1,4 +1,5 @@
-"""Every integer a request body carries, at its extremes, on SQLite and Postgres.
+"""Every integer a request body carries at its extremes, and strings that are not Unicode
+text, on SQLite and Postgres.
 
 An integer past what numpy or a table's column holds used to reach them: a placement seed of
 -5 was a 500 (numpy refuses a negative seed), a trial of 2**70 a bare OverflowError, a
@@ -12,6 +13,7 @@ shows).
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -77,3 +79,36 @@ def test_integer_fields_at_their_extremes(client: TestClient) -> None:
             if r.status_code == 422:  # named; a value one database would store and the other refuse is not
                 named = [d.get("field") for d in r.json()["detail"]]
                 assert "request" not in named, (url, field, value, r.text[:300])
+
+
+def test_strings_that_are_not_unicode_text_are_422s(client: TestClient) -> None:
+    """JSON may spell half of a UTF-16 surrogate pair (``"\\ud800"``): a session on such a task
+    id, or a JSONL upload with such a system, was a 500 (the first UTF-8 encoding of the
+    string failed). Every route refuses it and says which string; a whole pair is one
+    character and is accepted."""
+    ds = upload(client, synth_csv(seed=5, n_systems=3, n_tasks=20))
+    half = "t\ud800x"  # json.dumps escapes it as \ud800
+    bodies = [
+        ("/v1/sessions", {"universe": {"task_ids": ["a", "b", half]}}, "universe.task_ids[2]"),
+        ("/v1/sessions", {"universe": {"task_ids": ["a", "b"]}, "system_a": half}, "system_a"),
+        ("/v1/placements", {"dataset_id": ds["id"], "system": half}, "system"),
+        ("/v1/replays", {"dataset_id": ds["id"], "policies": [half]}, "policies[0]"),
+        ("/v1/datasets", {"rows": [{"system": half, "task_id": "x", "outcome": 1}]}, "rows[0].system"),
+        ("/v1/decisions", {"system_a": "A", "system_b": "B", "universe": {"task_ids": [half]}}, None),
+    ]
+    for url, body, where in bodies:
+        raw = json.dumps(body).encode()
+        assert b"\\ud800" in raw
+        r = client.post(url, content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422, (url, r.status_code, r.text[:300])
+        detail = r.json()["detail"][0]
+        assert detail["field"] == "body" and "not valid JSON" in detail["message"], (url, r.text[:300])
+        if where is not None:  # (pydantic's parser, on the decision routes, says where in the text)
+            assert detail["message"].startswith(f"not valid JSON: {where} holds half of a UTF-16"), r.text[:300]
+    lines = [json.dumps({"system": s, "task_id": t, "outcome": 1}) for s in ("a", half) for t in ("x", "y")]
+    r = client.post("/v1/datasets", files={"file": ("r.jsonl", "\n".join(lines).encode(), "application/json")})
+    assert r.status_code == 422 and r.json()["detail"][0]["row"] == 3, r.text[:300]
+    pair = json.dumps({"universe": {"task_ids": ["a", "b", "t\U0001f600"]}}).encode()  # a whole pair: one character
+    assert b"\\ud83d\\ude00" in pair
+    r = client.post("/v1/sessions", content=pair, headers={"content-type": "application/json"})
+    assert r.status_code == 201, r.text[:300]
