@@ -1,7 +1,7 @@
-"""JSON request bodies decoded as Unicode text, on every route (``engine/jsontext.py`` says
-why: a session on a task named ``"t\\ud800"`` was a 500). pydantic's parser, which the
-decision routes use, refuses such a string; ``StrictJSONRoute`` makes the routes FastAPI
-decodes with ``json.loads`` refuse it too, as a 422 that says which string.
+"""JSON request bodies whose strings are Unicode text, on every route (``engine/jsontext.py``
+says why: a session on a task named ``"t\\ud800"`` was a 500). ``StrictJSONRoute`` decodes
+the bodies FastAPI would decode with ``json.loads`` by ``loads``, which refuses such a string
+as a 422 that says which; pydantic's parser, which the decision routes use, refuses it too.
 """
 
 from __future__ import annotations
@@ -13,18 +13,16 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
-from service.engine.jsontext import HALF_PAIR, lone_surrogate, may_hold_surrogate
+from service.engine.jsontext import may_hold_non_text, non_text
 
 
 def loads(body: bytes | str) -> Any:
-    """``json.loads``, but a string (key or value) holding a lone surrogate is a
+    """``json.loads``, but a string (key or value) that is not text (``jsontext``) is a
     ``json.JSONDecodeError`` that names it."""
     doc = json.loads(body)
-    if may_hold_surrogate(body):
-        where = lone_surrogate(doc)
-        if where is not None:
-            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-            raise json.JSONDecodeError(f"{where or 'the body'} {HALF_PAIR}", text, 0)
+    if may_hold_non_text(body) and (problem := non_text(doc)) is not None:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        raise json.JSONDecodeError(problem, text, 0)
     return doc
 
 

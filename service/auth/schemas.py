@@ -8,14 +8,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.names import ColumnText
+
 Scope = Literal["read", "submit", "decide", "admin"]
 
 
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    owner: str | None = Field(default=None, min_length=1, max_length=200, description="Default: the name.")
+    name: ColumnText = Field(min_length=1, max_length=200)
+    owner: ColumnText | None = Field(default=None, min_length=1, max_length=200, description="Default: the name.")
     scopes: list[Scope] = Field(min_length=1)
 
 

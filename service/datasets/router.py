@@ -163,6 +163,9 @@ async def _multipart(request: Request, spool: SpooledTemporaryFile) -> Upload:
         content = await file.read()
         name = form.get("name")
         fmt = form.get("format")
+        if isinstance(name, str) and "\x00" in name:  # as DatasetRowsCreate's name (service.names)
+            message = "must not contain a NUL character (\\u0000): it is kept in a text column"
+            raise Unprocessable([{"row": None, "field": "name", "message": message}])
         return Upload(
             name=str(name) if isinstance(name, str) and name.strip() else None,
             content=content,

@@ -8,12 +8,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.names import ColumnText
+
 
 class DatasetRowsCreate(BaseModel):
     """JSON alternative to a file upload: the records as objects (SPEC §1 fields)."""
 
-    name: str | None = Field(default=None, max_length=200, description="Default: 'dataset-' + 8 hex digits of the "
-                             "content hash.")
+    name: ColumnText | None = Field(default=None, max_length=200,
+                                    description="Default: 'dataset-' + 8 hex digits of the content hash.")
     rows: list[dict[str, Any]]
 
 
@@ -22,7 +24,7 @@ class DatasetUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
+    name: ColumnText = Field(min_length=1, max_length=200, pattern=r"\S")
 
 
 class DatasetDeleted(BaseModel):

@@ -98,7 +98,7 @@ def default_name(session: Session, filename: str | None, digest: str) -> str:
     two ``records.csv`` apart."""
     base = filename or ""
     stem = base.rsplit(".", 1)[0] if "." in base else base
-    stem = stem.strip()[: NAME_MAX - 9]
+    stem = stem.replace("\x00", "").strip()[: NAME_MAX - 9]  # (a NUL cannot be kept in the name column)
     if stem.lower() not in GENERIC_STEMS and not repository.name_taken(session, stem):
         return stem
     return f"{stem or 'dataset'}-{digest[:8]}"

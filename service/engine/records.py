@@ -22,7 +22,7 @@ from itertools import islice
 import numpy as np
 
 from service.engine.csv_columns import clean_columns
-from service.engine.jsontext import HALF_PAIR, lone_surrogate, may_hold_surrogate
+from service.engine.jsontext import may_hold_non_text, non_text
 
 REQUIRED = ("system", "task_id", "outcome")
 """Columns every record needs; ``trial`` defaults to 0 and ``cost`` to missing."""
@@ -361,8 +361,8 @@ def _jsonl_rows(text: str, limits: RecordLimits) -> list[Mapping[str, object]]:
             problem, obj = f"not valid JSON ({why}; line {line_no} of the file)", {}
         if problem is None and not isinstance(obj, dict):
             problem, obj = f"each line must be a JSON object (line {line_no} of the file)", {}
-        if problem is None and may_hold_surrogate(line) and (where := lone_surrogate(obj)) is not None:
-            problem, obj = f"{where} {HALF_PAIR} (line {line_no} of the file)", {}
+        if problem is None and may_hold_non_text(line) and (where := non_text(obj)) is not None:
+            problem, obj = f"{where} (line {line_no} of the file)", {}
         if problem is None and limits.max_columns is not None and len(obj) > limits.max_columns:
             raise RecordsTooLarge(f"row {row_no} has {len(obj):,} fields; the limit is {limits.max_columns:,}")
         if problem is not None:

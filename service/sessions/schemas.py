@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.decisions.schemas import Decision, DecisionRead, ObservationIn, Reason, RuleOptions, UniverseIn
+from service.names import ColumnText
 
 SessionStatus = Literal["running", "concluded", "exhausted"]
 
@@ -18,8 +19,8 @@ class SessionCreate(RuleOptions):
 
     model_config = ConfigDict(extra="forbid")
 
-    system_a: str = Field(default="A", max_length=200)
-    system_b: str = Field(default="B", max_length=200)
+    system_a: ColumnText = Field(default="A", max_length=200)
+    system_b: ColumnText = Field(default="B", max_length=200)
     universe: UniverseIn | None = None
     dataset_id: uuid.UUID | None = Field(default=None, description="Take the universe and groups from a dataset.")
     group: str | None = Field(

@@ -81,11 +81,13 @@ def test_integer_fields_at_their_extremes(client: TestClient) -> None:
                 assert "request" not in named, (url, field, value, r.text[:300])
 
 
-def test_strings_that_are_not_unicode_text_are_422s(client: TestClient) -> None:
+def test_strings_that_are_not_text_are_422s(client: TestClient) -> None:
     """JSON may spell half of a UTF-16 surrogate pair (``"\\ud800"``): a session on such a task
     id, or a JSONL upload with such a system, was a 500 (the first UTF-8 encoding of the
     string failed). Every route refuses it and says which string; a whole pair is one
-    character and is accepted."""
+    character and is accepted. A NUL (``"\\u0000"``) is text, but a name kept in a text
+    column (a session's system) was stored by SQLite and refused by PostgreSQL with "out of
+    range for the database": such fields refuse it on both, by name."""
     ds = upload(client, synth_csv(seed=5, n_systems=3, n_tasks=20))
     half = "t\ud800x"  # json.dumps escapes it as \ud800
     bodies = [
@@ -108,6 +110,20 @@ def test_strings_that_are_not_unicode_text_are_422s(client: TestClient) -> None:
     lines = [json.dumps({"system": s, "task_id": t, "outcome": 1}) for s in ("a", half) for t in ("x", "y")]
     r = client.post("/v1/datasets", files={"file": ("r.jsonl", "\n".join(lines).encode(), "application/json")})
     assert r.status_code == 422 and r.json()["detail"][0]["row"] == 3, r.text[:300]
+    nul = "a\x00b"  # a NUL is text: in task ids and records it round-trips (test_hostile) ...
+    assert client.post("/v1/sessions", json={"universe": {"task_ids": ["a", nul]}}).status_code == 201
+    kept = [("/v1/sessions", {"universe": {"task_ids": ["a", "b"]}, "system_a": nul}, "system_a"),
+            ("/v1/placements", {"dataset_id": ds["id"], "system": nul}, "system"),
+            ("/v1/datasets", {"name": nul, "rows": [{"system": s, "task_id": "x", "outcome": 1} for s in "ab"]},
+             "name"),
+            ("/v1/keys", {"name": nul, "scopes": "read"}, "name")]
+    for url, body, field in kept:  # ... but not in a text column: SQLite stored it, PostgreSQL refused it
+        r = client.post(url, json=body)
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == field, (url, r.text[:300])
+        assert "NUL" in r.json()["detail"][0]["message"]
+    r = client.post("/v1/datasets", files={"file": ("n.csv", synth_csv(seed=9), "text/csv")}, data={"name": nul})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "name", r.text[:300]
+    assert client.patch(f"/v1/datasets/{ds['id']}", json={"name": nul}).status_code == 422
     pair = json.dumps({"universe": {"task_ids": ["a", "b", "t\U0001f600"]}}).encode()  # a whole pair: one character
     assert b"\\ud83d\\ude00" in pair
     r = client.post("/v1/sessions", content=pair, headers={"content-type": "application/json"})
