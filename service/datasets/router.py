@@ -234,7 +234,7 @@ def create_dataset(
 def list_datasets(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # (a bigint: past it, the database's error)
 ) -> DatasetPage:
     items, total = repository.page(session, limit=limit, offset=offset)
     return DatasetPage(

@@ -52,7 +52,7 @@ def list_replays(
     dataset_id: uuid.UUID | None = None,
     status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # (a bigint: past it, the database's error)
 ) -> ReplayPage:
     if dataset_id is not None and datasets_repo.get(session, dataset_id) is None:  # a filter that cannot match
         raise Unprocessable([{"field": "dataset_id", "message": f"dataset_id={dataset_id} matches no dataset"}])
@@ -174,7 +174,7 @@ def get_metrics(
     a: float | None = None,
     bootstrap: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # (a bigint: past it, the database's error)
 ) -> MetricPage:
     replay = service.get(session, replay_id)
     if replay.status != "succeeded":

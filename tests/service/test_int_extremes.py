@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.service.conftest import synth_csv, upload
+from tests.service.conftest import synth_csv, upload, wait_for
 
 EXTREMES = (-1, 2**31, 2**63, 2**70)
 
@@ -65,6 +65,21 @@ def _cases(client: TestClient) -> list[tuple[str, str, dict, str]]:
     cases += [("/v1/stats/bound", {"successes": 3, "n": 10}, f) for f in ("successes", "n")]
     cases += [("/v1/stats/runs", {"max_failure_rate": 0.1, "failures": 0}, "failures")]
     return cases
+
+
+def test_offsets_at_their_extremes(client: TestClient) -> None:
+    """Listing offsets past a bigint were the database's error ("out of range for the
+    database", on no field); now they are refused by name, and the largest is an empty page."""
+    ds = upload(client, synth_csv(seed=5, n_systems=3, n_tasks=20))
+    rid = client.post("/v1/replays", json={"dataset_id": ds["id"], "orders": 4, "deltas": [0], "bootstrap": [20],
+                                           "policies": ["coverage_bootstrap"]}).json()["id"]
+    wait_for(client, rid)
+    for url in ("/v1/datasets", "/v1/replays", f"/v1/replays/{rid}/metrics"):
+        r = client.get(url, params={"offset": 2**63 - 1})
+        assert r.status_code == 200, (url, r.text[:300])
+        for value in (2**63, 2**70):
+            r = client.get(url, params={"offset": value})
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "query.offset", (url, r.text[:300])
 
 
 def test_integer_fields_at_their_extremes(client: TestClient) -> None:
