@@ -1,11 +1,11 @@
-"""FastAPI dependencies: the request's session (it owns the transaction) and the app state."""
+"""FastAPI dependencies (the request's session, which owns the transaction, and the app state) and shared parameters."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.orm import Session
 
 from service.config import Settings
@@ -33,3 +33,5 @@ def get_runner(request: Request) -> JobRunner:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RunnerDep = Annotated[JobRunner, Depends(get_runner)]
+OffsetQuery = Annotated[int, Query(ge=0, le=2**63 - 1)]
+"""A listing's offset: the database takes a bigint, and past one its error would name no field."""

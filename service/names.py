@@ -13,14 +13,16 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+NUL_MESSAGE = "must not contain a NUL character (\\u0000): it is kept in a text column"
+
 
 def _no_nul(value: str) -> str:
     if "\x00" in value:
-        raise ValueError("must not contain a NUL character (\\u0000): it is kept in a text column")
+        raise ValueError(NUL_MESSAGE)
     return value
 
 
 ColumnText = Annotated[str, AfterValidator(_no_nul)]
 """A ``str`` field stored in a text column."""
 
-__all__ = ["ColumnText"]
+__all__ = ["NUL_MESSAGE", "ColumnText"]

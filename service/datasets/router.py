@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from service import json_body
 from service.datasets import repository, service
 from service.datasets.schemas import DatasetDeleted, DatasetPage, DatasetRead, DatasetRowsCreate, DatasetUpdate
-from service.deps import SessionDep, SettingsDep
+from service.deps import OffsetQuery, SessionDep, SettingsDep
 from service.errors import (
     BadRequest,
     Conflict,
@@ -32,6 +32,7 @@ from service.errors import (
 )
 from service.json_body import StrictJSONRoute
 from service.limits import record_limits
+from service.names import NUL_MESSAGE
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=StrictJSONRoute)
 
@@ -163,9 +164,8 @@ async def _multipart(request: Request, spool: SpooledTemporaryFile) -> Upload:
         content = await file.read()
         name = form.get("name")
         fmt = form.get("format")
-        if isinstance(name, str) and "\x00" in name:  # as DatasetRowsCreate's name (service.names)
-            message = "must not contain a NUL character (\\u0000): it is kept in a text column"
-            raise Unprocessable([{"row": None, "field": "name", "message": message}])
+        if isinstance(name, str) and "\x00" in name:  # as DatasetRowsCreate's name (ColumnText)
+            raise Unprocessable([{"row": None, "field": "name", "message": NUL_MESSAGE}])
         return Upload(
             name=str(name) if isinstance(name, str) and name.strip() else None,
             content=content,
@@ -234,7 +234,7 @@ def create_dataset(
 def list_datasets(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # (a bigint: past it, the database's error)
+    offset: OffsetQuery = 0,
 ) -> DatasetPage:
     items, total = repository.page(session, limit=limit, offset=offset)
     return DatasetPage(

@@ -22,7 +22,9 @@ def may_hold_non_text(raw: bytes | str) -> bool:
     """Whether JSON text has a ``\\uD800``-``\\uDFFF`` escape: without one no decoded string
     holds half a pair (a pair decodes to one character; UTF-8 cannot spell half of one), so
     the common document need not be walked."""
-    return (_ESCAPE_BYTES if isinstance(raw, bytes) else _ESCAPE).search(raw) is not None  # type: ignore[arg-type]
+    if isinstance(raw, bytes):
+        return _ESCAPE_BYTES.search(raw) is not None
+    return _ESCAPE.search(raw) is not None
 
 
 def non_text(doc: Any) -> str | None:

@@ -277,9 +277,8 @@ def _from_csv(text: str, limits: RecordLimits) -> Records:
     (``from_rows``, which names every problem)."""
     header, table = _csv_table(text, limits)
     meta_cols = sorted(c for c in header if c not in CORE)
-    if (all(v is not None for v in table)
-            and (limits.max_rows is None or len(table) <= limits.max_rows)
-            and (limits.max_columns is None or len(meta_cols) + len(CORE) <= limits.max_columns)):
+    if all(v is not None for v in table) and (  # (_csv_table holds the rows within limits.max_rows)
+            limits.max_columns is None or len(meta_cols) + len(CORE) <= limits.max_columns):
         cols = clean_columns(header, table, meta_cols, MAX_TRIAL)
         if cols is not None:
             return _aggregate(*cols, meta_cols, limits)
@@ -319,7 +318,7 @@ def _csv_table(text: str, limits: RecordLimits) -> tuple[list[str], list[list[st
         for i, values in enumerate(reader, start=1):
             if limits.max_rows is not None and i > limits.max_rows:
                 raise _too_many_rows(i + sum(1 for v in reader if v and any(x.strip() for x in v)), limits.max_rows)
-            if not values or (not values[0].strip() and all(not v.strip() for v in values)):
+            if not values or all(not v.strip() for v in values):
                 rows.append(None)  # blank line: keeps numbering, reported by from_rows
                 continue
             if len(values) != len(header):

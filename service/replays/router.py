@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from service.auth.ownership import current_owner
 from service.datasets import repository as datasets_repo
 from service.db import transaction
-from service.deps import SessionDep, SettingsDep
+from service.deps import OffsetQuery, SessionDep, SettingsDep
 from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.json_body import StrictJSONRoute
 from service.replays import pairs, repository, service
@@ -52,7 +52,7 @@ def list_replays(
     dataset_id: uuid.UUID | None = None,
     status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # (a bigint: past it, the database's error)
+    offset: OffsetQuery = 0,
 ) -> ReplayPage:
     if dataset_id is not None and datasets_repo.get(session, dataset_id) is None:  # a filter that cannot match
         raise Unprocessable([{"field": "dataset_id", "message": f"dataset_id={dataset_id} matches no dataset"}])
@@ -174,7 +174,7 @@ def get_metrics(
     a: float | None = None,
     bootstrap: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,  # (a bigint: past it, the database's error)
+    offset: OffsetQuery = 0,
 ) -> MetricPage:
     replay = service.get(session, replay_id)
     if replay.status != "succeeded":
