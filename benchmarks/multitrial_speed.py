@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from service.engine.chunk import lattice_valued  # noqa: E402
-from service.engine.lattice_decisions import compiled_short_sums  # noqa: E402
+from service.engine.lattice_decisions import compiled_stages  # noqa: E402
 from service.engine.malloc import keep_freed_memory  # noqa: E402
 from service.engine.records import load_records  # noqa: E402
 from service.engine.replay import plan_replay, run_replay, total_cases  # noqa: E402
@@ -71,7 +71,7 @@ def child(dataset: str, rule: str, orders: int, cold: bool) -> None:
         import service.engine.lattice_kernel  # noqa: F401  (numba's import and the kernel's load)
 
         jit = time.perf_counter() - t
-    sums = ("compiled" if compiled_short_sums(plan) else "numpy") if lattice_bootstrap else "-"
+    sums = ("compiled" if compiled_stages(plan) else "numpy") if lattice_bootstrap else "-"
     t0, c0 = time.perf_counter(), time.process_time()
     report = run_replay(records, spec, jobs=1)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -32,7 +32,7 @@ from service.engine import schedule
 from service.engine.betting import betting_paths
 from service.engine.blas import blas_single_thread
 from service.engine.coverage import budget_k, required
-from service.engine.lattice_decisions import bootstrap_decisions, compiled_short_sums
+from service.engine.lattice_decisions import bootstrap_decisions, compiled_stages
 from service.engine.npz import savez_fast
 from service.engine.plan import STREAM, Config, Plan, config_groups
 from service.engine.spec import ANYTIME_RULES, SpecError
@@ -363,7 +363,7 @@ def _replay_order(plan: Plan, ts_id: int, members: np.ndarray, values: np.ndarra
                     plan._rng(s, STREAM["bootstrap"], *plan.pairs[p], c).random((reps, n_j)) for p in members
                 ])
                 dec = bootstrap_decisions(values, summer, ssum, qsum, ts.ks, theta, lat, cfg.a, cfg.bootstrap, u,
-                                          hist_cache, compiled_short_sums(plan))
+                                          hist_cache, compiled_stages(plan))
             elif rule == "bootstrap":
                 pos, inv, keys = _binary_bootstrap_samples(ssum, qsum, ts.ks, theta, lat, hist_cache)
                 if cfg.bootstrap == "exact":

@@ -10,9 +10,11 @@ function here gives, per case, either ``τ`` or a rigorous bracket ``lo <= τ <=
 2. **Berry–Esseen** (``berry_esseen_bracket``: normal law ± ``0.4748·ρ/(σ³√k)``): the middle;
 3. **short sum** (``approx_bracket``): the sum below over a window of ``S`` much shorter than
    its support, with the aliased mass bounded by Bennett and the truncation bounded: width
-   about 1e-4 (its sums by the compiled loop of ``lattice_kernel`` in replays past
-   ``COMPILED_FROM``);
+   about 1e-4;
 4. **exact** (``tail``): the sum below over the whole support, to rounding (1e-13).
+
+Replays past ``COMPILED_FROM`` take the first three stages compiled instead
+(``lattice_kernel``): the same bounds, case by case and row by row.
 
 ``tail`` computes ``τ`` without an inverse transform: with ``n`` larger than the support of
 ``S``, ``ω_j = 2πj/n`` and ``φ_j = E e^{-iω_j V}``, ``P(S <= c) = (c'+1)/n + (2/n)·Σ_j
@@ -337,11 +339,11 @@ def _pack(keys: tuple[np.ndarray, ...]) -> np.ndarray:
     return composite
 
 
-def approx_bracket(*args: np.ndarray | None, compiled: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def approx_bracket(*args: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` per row (``[T, rows]`` for ``T`` thresholds per row),
     from a short characteristic-function sum: ``approx_runs``, whose arguments these are and
     whose doc says how, with each row's bracket read off its run."""
-    lo, hi, at = approx_runs(*args, compiled=compiled)  # type: ignore[arg-type]
+    lo, hi, at = approx_runs(*args)  # type: ignore[arg-type]
     return (lo[0, at], hi[0, at]) if np.ndim(args[2]) == 1 else (lo[:, at], hi[:, at])
 
 
@@ -355,8 +357,6 @@ def approx_runs(
     vlo: np.ndarray,
     vhi: np.ndarray,
     words: np.ndarray | None = None,
-    *,
-    compiled: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rigorous ``lo <= P(S <= c) <= hi`` from a short characteristic-function sum.
 
@@ -377,9 +377,7 @@ def approx_runs(
     ``words [rows, W]`` codes each histogram exactly (equal rows, equal words; the counts
     themselves when not given): rows with equal words and windows are computed once, so the
     brackets come per computation, ``lo, hi [T, runs]``, with each row's run in ``at``.
-
-    ``compiled``: the sums by ``lattice_kernel`` (numba) instead of ``_fourier_cdf``, for
-    replays large enough to repay loading it (``COMPILED_FROM``).
+    (``lattice_kernel.short_stage`` computes these brackets compiled, row by row.)
     """
     hist = np.asarray(hist)
     values = np.asarray(values, dtype=np.int64)
@@ -443,7 +441,7 @@ def approx_runs(
             continue
         pmf = h_hist[a:b].astype(np.float64)
         pmf /= kk
-        val[todo, a:b] = _short_sum(pmf, vt, kk, h_st[a:b], tuple(ccs[t] for t in todo), nn, EPS_APPROX, compiled)
+        val[todo, a:b] = _fourier_cdf(pmf, vt, kk, h_st[a:b], tuple(ccs[t] for t in todo), nn, EPS_APPROX)
         err[a:b] = truncation_error(nn, EPS_APPROX) + 1e-12
     aliased = ~use_exact[rows]
     e_lo = np.zeros(len(rows))
@@ -463,16 +461,15 @@ def approx_runs(
     return lo, hi, at
 
 
-COMPILED_FROM = 4_000_000
+COMPILED_FROM = 2_500_000
 """Lattice bootstrap cases (pairs × bootstrap configurations × seeds × orders × budgets) from
-which a replay loads the compiled loop of ``lattice_kernel`` for its short sums, in a process
-that has not loaded it yet (one that has uses it for every replay: ``kernel_loaded``).
-Loading it costs a process about 0.45 s (numba's import, the kernel from numba's cache; 1 s
-when it compiles) and saves about 0.4 µs per short sum, which about a quarter of the cases
-reach. In a fresh process on two threads, the exact bootstrap of
-``terminal_bench_core_0.1.1`` (1.5 M cases) took 0.70 s that way against 0.52 s in numpy;
-``terminal_bench_1_fractional`` (5.7 M) 1.42-1.62 s against 1.40-1.57 s; larger replays, and
-a process's later replays, gain."""
+which a replay loads ``lattice_kernel`` for its stages, in a process that has not loaded it
+yet (one that has uses it for every replay: ``kernel_loaded``). Loading costs a process about
+0.5 s (numba's import, the kernels from numba's cache); the compiled stages save about 0.075 µs
+of wall time per case. In fresh processes on two threads, best of three, import included:
+the exact bootstrap of ``terminal_bench_core_0.1.1`` (1.5 M cases) took 0.54 s compiled
+against 0.47 s in numpy, B = 200 0.57 against 0.51 s; ``terminal_bench_1_fractional`` (5.7 M)
+1.09 against 1.53 s and 1.22 against 1.60 s: even near 2.5 M cases."""
 
 
 def kernel_loaded() -> bool:
@@ -483,17 +480,6 @@ def kernel_loaded() -> bool:
     holds the exact tail whichever way the sum was computed, lies on one side of the
     breakpoint, so either way the case gets the decision of its exact tail."""
     return "service.engine.lattice_kernel" in sys.modules
-
-
-def _short_sum(pmf: np.ndarray, values: tuple[int, ...], k: int, lo: np.ndarray, cs: tuple[int, ...], n: int,
-               eps: float, compiled: bool) -> np.ndarray:
-    """``_fourier_cdf``'s sums for ``approx_runs``: by ``lattice_kernel`` (imported here, on
-    the first compiled short sum of a process) or in numpy."""
-    if not compiled:
-        return _fourier_cdf(pmf, values, k, lo, cs, n, eps)
-    from service.engine.lattice_kernel import fourier_cdf
-
-    return fourier_cdf(pmf, values, k, lo, cs, n, eps)
 
 
 MERGE_BELOW = 64

@@ -23,6 +23,8 @@ import numpy as np
 from service.engine import rules as R
 from service.engine.lattice import (
     COMPILED_FROM,
+    EPS_ALIAS,
+    EPS_APPROX,
     approx_runs,
     bennett_bracket,
     berry_esseen_bracket,
@@ -153,14 +155,22 @@ class Tails:
     threshold share one ``Tails``. The short sum of a law row serves its mirror too: a case
     that sees its law negated has ``τ = 1 - P(S <= -c - 1)``, a second point of the same
     power ``φ^k`` (``approx_runs`` with two thresholds).
+
+    ``compiled`` (``lattice.COMPILED_FROM``): the same stages by ``lattice_kernel``, when
+    ``settle`` is given the rule's thresholds (``fast``); a case's Bennett bracket then comes
+    with its first settle.
     """
 
     def __init__(self, hist: Histograms, c: np.ndarray, compiled: bool = False):
         self.hist = hist
-        self.compiled = compiled  # short sums by lattice_kernel (lattice.COMPILED_FROM)
+        self.compiled = compiled  # stages by lattice_kernel (lattice.COMPILED_FROM)
         self.c = np.asarray(c, dtype=np.int64)
-        self.lo, self.hi = bennett_bracket(hist.k, hist.s, hist.q, hist.vlo, hist.vhi, self.c)
-        self.stage = np.zeros(len(self.c), dtype=np.int8)
+        if compiled:  # Bennett's brackets come with the first settle, case by case
+            self.lo, self.hi = np.zeros(len(self.c)), np.ones(len(self.c))
+            self.stage = np.full(len(self.c), -1, dtype=np.int8)
+        else:
+            self.lo, self.hi = bennett_bracket(hist.k, hist.s, hist.q, hist.vlo, hist.vhi, self.c)
+            self.stage = np.zeros(len(self.c), dtype=np.int8)
         self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
 
     def _short_sums(self, idx: np.ndarray) -> np.ndarray:
@@ -177,7 +187,6 @@ class Tails:
             np.take(h.counts, laws, axis=0), h.values, np.stack([c_own, c_neg]), h.k[own], h.s[own], h.q[own],
             h.vlo[own], h.vhi[own],
             np.take(h.words, laws, axis=0),
-            compiled=self.compiled,
         )
         mark = np.zeros(len(self.c), dtype=bool)
         mark[idx] = True
@@ -205,8 +214,14 @@ class Tails:
             out[fl] = tail(counts[fl][:, ::-1], -h.values[::-1], c[fl])
         return out
 
-    def settle(self, decide) -> np.ndarray:
-        """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``)."""
+    def settle(self, decide, fast: tuple | None = None) -> np.ndarray:
+        """Decisions ``decide(p, index)`` for every case (``decide`` monotone in ``p``).
+
+        ``fast``: the same rule as ``(pos, a, t_lo, t_hi)`` (``t_lo``, ``t_hi`` the sure
+        thresholds of a finite ``B``, None for the exact rule), which lets a compiled ``Tails``
+        take its first stages in one pass over the cases (``lattice_kernel.first_stages``)."""
+        if self.compiled and fast is not None:
+            return self._settle_compiled(decide, fast)
         h = self.hist
         every = slice(None)  # every case, without a gather
         d_lo, d_hi = decide(self.lo, every), decide(self.hi, every)
@@ -231,10 +246,45 @@ class Tails:
             d_lo[idx], d_hi[idx] = decide(self.lo[idx], idx), decide(self.hi[idx], idx)
         return d_lo
 
+    def _settle_compiled(self, decide, fast: tuple) -> np.ndarray:
+        """``settle`` with Bennett, Berry–Esseen and the decisions they settle in one compiled
+        pass: the numpy stages made some forty passes over every case's arrays, most of the
+        time of a replay outside the short sums. The cases it leaves open (and those only
+        the binomial of a finite ``B`` can decide) go on as in ``settle``."""
+        from service.engine.lattice_kernel import first_stages, short_stage
 
-def compiled_short_sums(plan) -> bool:
-    """Whether a replay computes its short sums by the compiled loop: where this process has
-    it loaded already (``lattice.kernel_loaded``), or where the replay's lattice bootstrap is
+        h = self.hist
+        pos, a, t_lo, t_hi = fast
+        out = np.empty(len(self.c), dtype=np.int8)
+        open_ = np.empty(len(self.c), dtype=bool)
+        self.refined[1] += first_stages(h.k, h.s, h.q, h.vlo, h.vhi, self.c, pos, a, t_lo, t_hi, self.lo, self.hi,
+                                        self.stage, out, open_)
+        idx = np.flatnonzero(open_)
+        if not len(idx):
+            return out
+        d_lo, d_hi = decide(self.lo[idx], idx), decide(self.hi[idx], idx)
+        for stage in (2, 3):
+            still = d_lo != d_hi
+            if not still.any():
+                break
+            sub = np.flatnonzero(still & (self.stage[idx] < stage))  # refined for another rule: skips ahead
+            if not len(sub):
+                continue
+            cases = idx[sub]
+            if stage == 2:
+                self.refined[2] += short_stage(cases, h, self.c, self.lo, self.hi, self.stage, EPS_ALIAS, EPS_APPROX)
+            else:
+                self.lo[cases] = self.hi[cases] = self._exact(cases)
+                self.stage[cases] = 3
+                self.refined[3] += len(cases)
+            d_lo[sub], d_hi[sub] = decide(self.lo[cases], cases), decide(self.hi[cases], cases)
+        out[idx] = d_lo
+        return out
+
+
+def compiled_stages(plan) -> bool:
+    """Whether a replay takes its lattice stages compiled (``lattice_kernel``): where this
+    process has it loaded already (``lattice.kernel_loaded``), or where the replay's lattice bootstrap is
     large enough to repay loading it (``lattice.COMPILED_FROM``, counted on the whole replay).
     Either way gives the same report (``kernel_loaded`` says why), so chunks of one replay in
     different processes may choose differently."""
@@ -282,7 +332,7 @@ def bootstrap_decisions(
     ``summer`` maps per-task values to sums over each case's observed tasks; ``ssum`` and
     ``qsum`` are its sums of ``values`` and their squares (exact). ``cache`` keeps the
     brackets per threshold, so the exact and finite-B rules of a block refine the same ones.
-    ``compiled``: short sums by ``lattice_kernel`` (see ``lattice.COMPILED_FROM``).
+    ``compiled``: the stages by ``lattice_kernel`` (see ``lattice.COMPILED_FROM``).
     """
     if ("lattice",) not in cache:
         cache[("lattice",)] = Histograms(values, summer, ssum, qsum, ks)
@@ -297,10 +347,12 @@ def bootstrap_decisions(
 
         def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
             return R.bootstrap_from_tail(p, pos[i], a, "exact")
-    else:
-        decide = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
 
-    return tails.settle(decide).reshape(ssum.shape)
+        fast = (pos, float(a), None, None)
+    else:
+        decide, t_lo, t_hi = _finite_b_decide(float(a), int(resamples), pos, np.asarray(u).ravel())
+        fast = (pos, float(a), t_lo, t_hi)
+    return tails.settle(decide, fast).reshape(ssum.shape)
 
 
 _U_GRID = 1 << 16
@@ -342,7 +394,9 @@ def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
     ``1 - p``: concluding below ``w`` is ``p >= 1 - w``), so each stage costs two comparisons
     per case, and a binomial CDF only for the cases within a grid cell of their breakpoint.
     (``1 - w`` and ``1 - p`` round differently by an ulp; the tables' margin of 1e-12 in the
-    probability of concluding is many ulps of ``w``.)"""
+    probability of concluding is many ulps of ``w``.) Returns the decision and the thresholds,
+    ``(decide, t_lo, t_hi)``: at or below ``t_lo`` and at or above ``t_hi`` the decision is
+    sure, as ``lattice_kernel.first_stages`` reads them."""
     sure_c, sure_d = _threshold_tables(a, big_b)
     cell = (u * _U_GRID).astype(np.intp)
     np.clip(cell, 0, _U_GRID - 1, out=cell)
@@ -367,4 +421,4 @@ def _finite_b_decide(a: float, big_b: int, pos: np.ndarray, u: np.ndarray):
             out[mid] = np.where(conclude, sign[ps.view(np.uint8)], R.DEFER)
         return out
 
-    return decide
+    return decide, t_lo, t_hi

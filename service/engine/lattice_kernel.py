@@ -1,71 +1,219 @@
-"""The short sum of ``lattice.approx_runs`` as one compiled loop per row (numba).
+"""The stages of ``lattice_decisions.Tails`` compiled (numba), for replays of multi-trial and
+fractional records past ``lattice.COMPILED_FROM`` and for every replay of a process that has
+imported this module (``lattice.kernel_loaded``: a Celery worker does at start).
 
-Why compiled: in numpy the short sum is some sixty array operations per group of rows of one
-``(k, c, n)``, and a replay of multi-trial records meets about 150 such groups per block of
-cases, most of a few hundred rows. The interpreter's share of that work held the GIL for
-roughly half of a replay of ``terminal_bench_1_fractional`` (py-spy ``--gil`` at 200 Hz: 1,023
-samples of a chunk thread holding it, against an estimated 1,900 of replay time), and the
-threads of a one-process replay ran side by side only 1.1-1.4x faster than one. Here each row is one pass: its
-characteristic function at every frequency, the last frequency whose term matters, its
-``k``-th power by the same repeated squaring as ``lattice._power`` and the projections on
-its windows, with the GIL released.
+Why compiled: in numpy each stage is some forty array operations over a block's cases (the
+brackets, the decisions at both ends, the gathers of the open ones) and the short sum another
+sixty per group of rows that share a window, behind a sort that groups them. Those passes,
+not the arithmetic, were most of a replay: a fractional one spent 0.6 s of its 0.9 s of short
+sums outside the sums themselves. Here:
 
-It computes what ``lattice._fourier_cdf`` computes (that function stays, for the exact tails
-and as the reference of the tests), with one difference: a row's sum stops at its own last
-term above ``eps``, where numpy's block of rows stops at a column shared by the block. Both
-leave out only terms of ``|φ_j|^k <= eps``, within ``lattice.truncation_error``, which the
-brackets already add.
+- ``first_stages``: one pass over the cases: Bennett's bracket (or Berry–Esseen's first, near
+  the mean, where Bennett's says little), the decision at both ends, Berry–Esseen where they
+  differ (``lattice.bennett_bracket``, ``lattice.berry_esseen_bracket``);
+- ``short_stage``: the short sums of the laws of the open cases (``lattice.approx_runs``),
+  each distinct ``(histogram, k, thresholds)`` once (a hash table instead of a sort), each
+  row with its own window, and the brackets written back to every case of those laws.
 
-Importing this module costs a process about 0.45 s: numba (0.4 s), then the kernel, compiled
-(about 0.6 s) or loaded from numba's cache beside this file, or in the user's cache when the
-package is read-only (about 0.2 s). The import does both, so that a process that has the
-module (``lattice.kernel_loaded``) has the kernel: a Celery worker imports it at start, any
-other process on its first replay past ``lattice.COMPILED_FROM``.
+Each bracket holds the exact tail as numpy's does (the same bounds, their rounding inside
+``lattice.SLACK`` and the 1e-12 added to every sum), so the decisions, and the reports, are
+those of the numpy stages; the tests compare both with exact tails.
+
+Importing this module costs a process about 0.5 s: numba (0.4 s), then the kernels, compiled
+(about 4 s) or loaded from numba's cache beside this file, or in the user's cache when the
+package is read-only. The import does both, so that a process that has the module has the
+kernels.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
-from service.engine.lattice import EPS_TERM, _tables, cdf_start, windows
+from service.engine.lattice import BERRY_ESSEEN, SLACK
 
 
-def _compiled(fn):
+def _compiled(fn=None, *, reorder: bool = False):
     """``fn`` compiled without the GIL, cached on disk where numba finds a writable place (beside
-    this file, else the user's cache); elsewhere compiled anew in each process."""
+    this file, else the user's cache); elsewhere compiled anew in each process. ``reorder``
+    lets sums be reassociated (and so vectorised): only for sums whose rounding the brackets
+    already allow for."""
+    if fn is None:
+        return lambda f: _compiled(f, reorder=reorder)
+    flags = {"fastmath": {"reassoc", "contract"}} if reorder else {}
     try:
-        return njit(cache=True, nogil=True)(fn)
+        return njit(cache=True, nogil=True, **flags)(fn)
     except RuntimeError:  # "cannot cache function": a read-only install and no writable home
-        return njit(nogil=True)(fn)
+        return njit(nogil=True, **flags)(fn)
+
+
+# ----------------------------------------------------------------------------- short sums
 
 
 @_compiled
-def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover - compiled
-    """``out[t, r] += scale·Σ_{j<top_r} Re(φ_rj^k·G_{t,which_r,j})`` per row ``r`` of ``pmf``."""
-    n_rows, n_values = pmf.shape
-    m = cos.shape[1]
-    n_t = gmat.shape[0]
-    re = np.empty(m)
-    im = np.empty(m)
-    pr = np.empty(m)
-    pi = np.empty(m)
+def _reach(var_sum, b, log_inv):  # pragma: no cover - compiled
+    """``lattice._bernstein_reach`` for one value."""
+    lb = b * log_inv / 3.0
+    return lb + math.sqrt(lb * lb + 2.0 * var_sum * log_inv)
+
+
+_G_TABLE = 1024
+"""Longest window whose sums ``H_f(cnt)`` and phases ``e^{iω_f x}`` are tabulated for every
+``cnt`` and start ``x`` (two tables, 17 MB at most per call, touched only as far as windows
+reach), so that a row's projection is one product and one dot product per threshold; longer
+windows read their phases off ``e^{iπp/n}`` term by term."""
+
+
+@_compiled(reorder=True)
+def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out, hi_out):  # pragma: no cover
+    """``lattice.approx_runs``'s brackets, row by row: each row's own window (no rounding, no
+    sharing), the rows taken in order of window length so that one table of ``e^{-iπp/n}``
+    serves every row of a length."""
+    n_rows, n_v = counts.shape
+    n_t = cs.shape[0]
+    low_v = values[0]
+    span = values[n_v - 1] - low_v
+    length = np.zeros(n_rows, dtype=np.int64)  # 0: every threshold outside the support
+    start = np.empty(n_rows, dtype=np.int64)
+    e_lo = np.zeros(n_rows)
+    e_hi = np.zeros(n_rows)
     for r in range(n_rows):
-        re[:] = 0.0
-        im[:] = 0.0
-        for v in range(n_values):
-            p = pmf[r, v]
+        kk = k[r]
+        low, high = low_v * kk, (low_v + span) * kk  # the support of S
+        c_min, c_max, any_inside = 0, 0, False
+        for t in range(n_t):
+            c = cs[t, r]
+            if c < low:
+                lo_out[t, r] = hi_out[t, r] = 0.0
+            elif c >= high:
+                lo_out[t, r] = hi_out[t, r] = 1.0
+            else:
+                if not any_inside or c < c_min:
+                    c_min = c
+                if not any_inside or c > c_max:
+                    c_max = c
+                any_inside = True
+        if not any_inside:
+            continue
+        kf = float(kk)
+        var_sum = max(kf * q[r] - s[r] * s[r], 0.0) / max(kf, 1.0) * (1.0 + 1e-12)
+        mean = s[r] / max(kf, 1.0)
+        b_lo = (mean - vlo[r]) * (1.0 + 1e-12)
+        b_hi = (vhi[r] - mean) * (1.0 + 1e-12)
+        first = min(int(math.floor(s[r] - _reach(var_sum, b_lo, log_inv))), c_min)
+        last = max(int(math.ceil(s[r] + _reach(var_sum, b_hi, log_inv))), c_max)
+        n = (last - first + 1) | 1  # odd: no Nyquist term
+        exact_n = (span * kk + 1) | 1
+        if n >= exact_n:  # the whole support fits: no aliasing
+            length[r], start[r] = exact_n, low
+        else:
+            length[r], start[r] = n, first
+            e_lo[r] = _bennett(s[r] - (first - 1.0), var_sum, b_lo)  # P(S <= L - 1)
+            e_hi[r] = _bennett((first + n) - s[r], var_sum, b_hi)  # P(S >= L + n)
+    # rows by window length (a counting sort: lengths are at most the support)
+    top_n = 0
+    for r in range(n_rows):
+        top_n = max(top_n, length[r])
+    tally = np.zeros(top_n + 2, dtype=np.int64)
+    for r in range(n_rows):
+        tally[length[r] + 1] += 1
+    for i in range(1, top_n + 2):
+        tally[i] += tally[i - 1]
+    order = np.empty(n_rows, dtype=np.int64)
+    for r in range(n_rows):
+        order[tally[length[r]]] = r
+        tally[length[r]] += 1
+    m_max = max((top_n - 1) // 2, 1)
+    n_g = min(top_n, _G_TABLE)  # the longest window whose G table is kept
+    g_re = np.empty((n_g + 1, max((n_g - 1) // 2, 1)))
+    g_im = np.empty((n_g + 1, max((n_g - 1) // 2, 1)))
+    s_re = np.empty((n_g, max((n_g - 1) // 2, 1)))
+    s_im = np.empty((n_g, max((n_g - 1) // 2, 1)))
+    ps_re = np.empty(m_max)
+    ps_im = np.empty(m_max)
+    cos_t = np.empty((n_v, m_max))
+    nsin_t = np.empty((n_v, m_max))
+    inv_sin = np.empty(m_max)
+    h_cos = np.empty(2 * top_n + 2)
+    h_sin = np.empty(2 * top_n + 2)
+    re = np.empty(m_max)
+    im = np.empty(m_max)
+    pr = np.empty(m_max)
+    pi = np.empty(m_max)
+    table_n = -1
+    err = 0.0
+    thr_of = np.full(64, -1.0)
+    for i in range(n_rows):
+        r = order[i]
+        n = length[r]
+        if n == 0:
+            continue
+        m = (n - 1) // 2
+        kk = k[r]
+        kf = float(kk)
+        if n != table_n:  # e^{-iπp/n} for p < 2n, exact phases; φ's tables read off it
+            table_n = n
+            err = eps * (math.log(max(1, m)) + 1.0) + 1e-12  # lattice.truncation_error, and rounding
+            for p in range(2 * n):
+                h_cos[p] = math.cos(p * math.pi / n)
+                h_sin[p] = math.sin(p * math.pi / n)
+            for j in range(m):
+                inv_sin[j] = 1.0 / h_sin[j + 1]  # 1/sin(π f/n), f = j + 1
+            if n <= _G_TABLE:  # H_f(cnt) = Σ_{x<cnt} e^{iω_f x} = amp·e^{iπ f (cnt - 1)/n}, every cnt
+                for cnt in range(1, n + 1):
+                    a_step = cnt % (2 * n)
+                    b_step = cnt - 1
+                    a_at, b_at = 0, 0
+                    for j in range(m):
+                        a_at += a_step
+                        if a_at >= 2 * n:
+                            a_at -= 2 * n
+                        b_at += b_step
+                        if b_at >= 2 * n:
+                            b_at -= 2 * n
+                        amp = h_sin[a_at] * inv_sin[j]
+                        g_re[cnt, j] = amp * h_cos[b_at]
+                        g_im[cnt, j] = amp * h_sin[b_at]
+                for x in range(n):  # e^{iω_f x}, every start x mod n
+                    step = (2 * x) % (2 * n)
+                    at = 0
+                    for j in range(m):
+                        at += step
+                        if at >= 2 * n:
+                            at -= 2 * n
+                        s_re[x, j] = h_cos[at]
+                        s_im[x, j] = h_sin[at]
+            for v in range(n_v):
+                step = (2 * values[v]) % (2 * n)
+                at = 0
+                for j in range(m):
+                    at += step
+                    if at >= 2 * n:
+                        at -= 2 * n
+                    cos_t[v, j] = h_cos[at]
+                    nsin_t[v, j] = -h_sin[at]
+        re[:m] = 0.0
+        im[:m] = 0.0
+        for v in range(n_v):
+            p = counts[r, v] / kf
             if p != 0.0:
                 for j in range(m):
-                    re[j] += p * cos[v, j]
-                    im[j] += p * nsin[v, j]
-        top = 0  # one past the last frequency whose term may exceed eps
+                    re[j] += p * cos_t[v, j]
+                    im[j] += p * nsin_t[v, j]
+        if kk >= len(thr_of) or thr_of[kk] < 0.0:  # eps**(2/k) once per k (a pow takes ~50 ns)
+            if kk >= len(thr_of):
+                grown = np.full(2 * kk + 1, -1.0)
+                grown[: len(thr_of)] = thr_of
+                thr_of = grown
+            thr_of[kk] = eps ** (2.0 / kf) - slack
+        thr = thr_of[kk]
+        top = 0
         for j in range(m):
             if re[j] * re[j] + im[j] * im[j] > thr:
                 top = j + 1
-        # φ^k into pr, pi by repeated squaring of re, im in place, every frequency of the row at
-        # each step (a loop that vectorises): the products of ``lattice._power``
-        e = k
+        e = kk  # φ^k by repeated squaring, as lattice._power
         started = False
         while True:
             if e & 1:
@@ -81,44 +229,292 @@ def _rows(pmf, cos, nsin, k, which, gmat, thr, scale, out):  # pragma: no cover 
             if e == 0:
                 break
             for j in range(top):
-                x, y = re[j] * re[j] - im[j] * im[j], re[j] * im[j] + im[j] * re[j]
+                x, y = re[j] * re[j] - im[j] * im[j], 2.0 * re[j] * im[j]
                 re[j], im[j] = x, y
-        w = which[r]
-        for t in range(n_t):
-            acc = 0.0
+        low = low_v * kk
+        high = (low_v + span) * kk
+        two_n = 2 * n
+        if n <= _G_TABLE:  # ψ_f = φ_f^k·e^{iω_f L}, then Re Σ ψ_f·H_f(cnt) per threshold
+            x = start[r] % n
             for j in range(top):
-                acc += pr[j] * gmat[t, w, 2 * j] + pi[j] * gmat[t, w, 2 * j + 1]
-            out[t, r] += scale * acc
+                ps_re[j] = pr[j] * s_re[x, j] - pi[j] * s_im[x, j]
+                ps_im[j] = pr[j] * s_im[x, j] + pi[j] * s_re[x, j]
+        for t in range(n_t):
+            c = cs[t, r]
+            if c < low or c >= high:
+                continue
+            cnt = c - start[r] + 1
+            acc = 0.0
+            if n <= _G_TABLE:
+                for j in range(top):
+                    acc += ps_re[j] * g_re[cnt, j] - ps_im[j] * g_im[cnt, j]
+            else:  # G_f = amp_f·e^{iπ f (2L + cnt - 1)/n}, amp_f = sin(π f cnt/n)/sin(π f/n)
+                a_step = cnt % two_n
+                b_step = (2 * start[r] + cnt - 1) % two_n
+                a_at, b_at = 0, 0
+                for j in range(top):
+                    a_at += a_step
+                    if a_at >= two_n:
+                        a_at -= two_n
+                    b_at += b_step
+                    if b_at >= two_n:
+                        b_at -= two_n
+                    acc += h_sin[a_at] * inv_sin[j] * (pr[j] * h_cos[b_at] - pi[j] * h_sin[b_at])
+            val = cnt / n + (2.0 / n) * acc
+            lo = (val - e_hi[r] - err) * (1.0 - SLACK) - SLACK
+            hi = (val + e_lo[r] + err) * (1.0 + SLACK) + SLACK
+            lo = min(max(lo, 0.0), 1.0)
+            lo_out[t, r] = lo
+            hi_out[t, r] = min(max(hi, lo), 1.0)
 
 
-def fourier_cdf(
-    pmf: np.ndarray, values: tuple[int, ...], k: int, lo, cs: tuple[int, ...], n: int, eps: float = EPS_TERM
-) -> np.ndarray:
-    """``lattice._fourier_cdf``'s ``Σ_{s=lo}^{c} P(S ≡ s mod n)`` per row and threshold,
-    ``[len(cs), rows]``, computed row by row (``lo`` one integer or one per row, rows with
-    equal ``lo`` adjacent)."""
-    m = (n - 1) // 2
-    lo = np.asarray(lo, dtype=np.int64) if np.ndim(lo) > 0 else int(lo)
-    lows, which, out = cdf_start(lo, cs, n, len(pmf))
-    if which is None:
-        which = np.zeros(len(pmf), dtype=np.int64)
-    if m == 0 or not len(pmf):
-        return out
-    cos, nsin = _tables(values, n)
-    gmat = windows(n, tuple(lows.tolist()), tuple(cs))  # [c, windows, 2m]
-    # the slack of ``_fourier_cdf`` for the rounding of |φ|² (V products of magnitude <= 1)
-    thr = eps ** (2.0 / k) - 4e-16 * (len(values) + 2)
-    _rows(
-        np.ascontiguousarray(pmf, dtype=np.float64), cos, nsin, int(k), which.astype(np.int64), gmat, thr, 2.0 / n, out
-    )
-    return out
+def short_brackets(counts, values, c, k, s, q, vlo, vhi, eps_alias: float, eps: float):
+    """Rigorous ``lo <= P(S <= c) <= hi`` per row and threshold (``c [T, rows]``), as
+    ``lattice.approx_runs`` gives them, in one compiled pass: each row its own window, its own
+    sum, its own aliasing bounds; no sort, no merging of rows. ``counts [rows, V]`` are the
+    histograms over ``values`` (ascending integers)."""
+    cs = np.atleast_2d(np.asarray(c, dtype=np.int64))
+    lo = np.empty(cs.shape)
+    hi = np.empty(cs.shape)
+    if cs.shape[1]:
+        _brackets(
+            np.ascontiguousarray(counts), np.asarray(values, dtype=np.int64), np.asarray(k, dtype=np.int64),
+            np.asarray(s, dtype=np.float64), np.asarray(q, dtype=np.float64), np.asarray(vlo, dtype=np.float64),
+            np.asarray(vhi, dtype=np.float64), np.ascontiguousarray(cs), math.log(1.0 / eps_alias), eps,
+            4e-16 * (len(values) + 2), lo, hi,
+        )
+    return lo, hi
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+@_compiled
+def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, vhi, log_inv, eps, slack,
+                 lo, hi, stage):  # pragma: no cover - compiled
+    """``Tails._short_sums`` in one compiled pass: the law rows of the cases ``idx``, each
+    computed once per distinct ``(histogram, k, c)`` with its own threshold and its mirror's,
+    and the brackets of every case of those laws (the cases ``idx``, each law's own case and
+    its mirror) intersected with what they had. Returns the cases refined."""
+    n_laws, n_v = counts.shape
+    slot = np.full(n_laws, -1, dtype=np.int64)
+    n_need = 0
+    for i in idx:
+        g = law[i]
+        if slot[g] < 0:
+            slot[g] = n_need
+            n_need += 1
+    laws = np.empty(n_need, dtype=np.int64)
+    for g in range(n_laws):
+        if slot[g] >= 0:
+            laws[slot[g]] = g
+    # equal computations once: a hash table of (histogram, k, thresholds) over the needed laws
+    size = 1
+    while size < 2 * n_need:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    rep = np.empty(n_need, dtype=np.int64)  # the computation of each needed law
+    first = np.empty(n_need, dtype=np.int64)  # each computation's first law
+    n_comp = 0
+    for j in range(n_need):
+        g = laws[j]
+        o = own[g]
+        c_own = c[o]
+        c_neg = -c_own - 1 if mirror[g] >= 0 else c_own
+        h = np.uint64(k[o]) * _MIX ^ np.uint64(c_own + (1 << 40)) ^ (np.uint64(c_neg + (1 << 40)) << np.uint64(21))
+        for v in range(n_v):
+            h = (h ^ np.uint64(counts[g, v])) * _MIX
+            h ^= h >> np.uint64(29)
+        at = np.int64(h & np.uint64(size - 1))
+        while True:
+            e = table[at]
+            if e < 0:
+                table[at] = n_comp
+                first[n_comp] = j
+                rep[j] = n_comp
+                n_comp += 1
+                break
+            f = laws[first[e]]
+            fo = own[f]
+            same = k[fo] == k[o] and c[fo] == c_own and (mirror[f] >= 0) == (mirror[g] >= 0)
+            if same:
+                for v in range(n_v):
+                    if counts[f, v] != counts[g, v]:
+                        same = False
+                        break
+            if same:
+                rep[j] = e
+                break
+            at = (at + 1) & (size - 1)
+    sub = np.empty((n_comp, n_v), dtype=counts.dtype)
+    kc = np.empty(n_comp, dtype=np.int64)
+    sc = np.empty(n_comp)
+    qc = np.empty(n_comp)
+    lc = np.empty(n_comp)
+    hc = np.empty(n_comp)
+    cs = np.empty((2, n_comp), dtype=np.int64)
+    for e in range(n_comp):
+        g = laws[first[e]]
+        o = own[g]
+        sub[e] = counts[g]
+        kc[e], sc[e], qc[e], lc[e], hc[e] = k[o], s[o], q[o], vlo[o], vhi[o]
+        cs[0, e] = c[o]
+        cs[1, e] = -c[o] - 1 if mirror[g] >= 0 else c[o]
+    b_lo = np.empty((2, n_comp))
+    b_hi = np.empty((2, n_comp))
+    _brackets(sub, values, kc, sc, qc, lc, hc, cs, log_inv, eps, slack, b_lo, b_hi)
+    # every case of the needed laws: idx, then each law's own case and mirror
+    n_refined = 0
+    for pass_ in range(2):
+        todo = idx if pass_ == 0 else laws
+        for x in range(len(todo)):
+            cases = (todo[x], -1) if pass_ == 0 else (own[todo[x]], mirror[todo[x]])
+            for i in cases:
+                if i < 0 or stage[i] >= 2:  # not a case, or refined already (by this pass or before)
+                    continue
+                e = rep[slot[law[i]]]
+                if flip[i]:  # its law negated: 1 - P(S <= -c - 1)
+                    n_lo, n_hi = 1.0 - b_hi[1, e], 1.0 - b_lo[1, e]
+                else:
+                    n_lo, n_hi = b_lo[0, e], b_hi[0, e]
+                lo[i] = max(n_lo, lo[i])
+                hi[i] = min(n_hi, hi[i])
+                stage[i] = 2
+                n_refined += 1
+    return n_refined
+
+
+def short_stage(idx, hist, c, lo, hi, stage, eps_alias: float, eps: float) -> int:
+    """``_short_stage`` on the cases ``idx`` of a block (``lattice_decisions.Histograms``
+    ``hist``, thresholds ``c``): refines ``lo``, ``hi`` and sets ``stage`` to 2 in place."""
+    h = hist
+    return int(_short_stage(np.asarray(idx, dtype=np.int64), h.law, h.flip, h.own, h.mirror, h.counts, h.values, c,
+                            h.k, h.s, h.q, h.vlo, h.vhi, math.log(1.0 / eps_alias), eps,
+                            4e-16 * (len(h.values) + 2), lo, hi, stage))
+
+
+# ----------------------------------------------------------------------------- first stages
+
+
+@_compiled
+def _bennett(t, var_sum, b):  # pragma: no cover - compiled
+    """``lattice._bennett`` for one case: Bennett's bound on ``P(S - E S >= t)``, 1 where it
+    says nothing."""
+    if t <= 0.0 or var_sum <= 0.0 or b <= 0.0:
+        return 1.0
+    u = b * t / var_sum
+    h = (u + 1.0) * math.log1p(u) - u
+    bound = math.exp(-(var_sum / (b * b)) * h)
+    return 1.0 if math.isnan(bound) else bound
+
+
+@_compiled
+def _decide(p, pos, exact, a, t_lo, t_hi):  # pragma: no cover - compiled
+    """One end of a case's bracket decided: ``rules.bootstrap_from_tail`` (exact ``B``), or
+    ``lattice_decisions._finite_b_decide``'s sure thresholds; 2 where only the binomial can
+    tell (finite ``B``, ``p`` within a cell of the case's breakpoint)."""
+    if exact:
+        if pos:
+            return 1 if p <= a + 1e-12 else 0
+        return -1 if 1.0 - p <= a + 1e-12 else 0
+    if p <= t_lo:
+        return 1 if pos else 0
+    if p >= t_hi:
+        return 0 if pos else -1
+    return 2
+
+
+_MIDDLE = 1.5**2
+"""Squared distance (in standard deviations of ``S``) from the mean within which a case skips
+Bennett's bound for Berry–Esseen's: there Bennett's bound stays above 0.3, which decides no
+case a breakpoint below 0.25 or above 0.75 cannot (and costs a log and an exp)."""
+
+
+@_compiled
+def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, lo, hi, stage, out, open_):  # pragma: no cover
+    """``Tails.settle``'s first two stages, one case at a time: Bennett where a case has no
+    bracket yet (``stage`` -1), the decision at both ends, Berry–Esseen where they differ and
+    the case has not had it. A case still open (or not decidable here) is left for the later
+    stages in ``open_``. Returns the cases Berry–Esseen refined."""
+    n_be = 0
+    for i in range(len(c)):
+        kf = float(k[i])
+        si = s[i]
+        ci = float(c[i])
+        kq_ss = max(kf * q[i] - si * si, 0.0)
+        if stage[i] < 0:  # lattice.bennett_bracket
+            var_sum = kq_ss / max(kf, 1.0) * (1.0 + 1e-12)
+            mean = si / max(kf, 1.0)
+            if (ci + 0.5 - si) ** 2 < _MIDDLE * var_sum:  # Bennett's bound says little here:
+                h_i, l_i = 1.0, 0.0  # Berry–Esseen next
+            elif si > ci:  # c below the mean
+                h_i = _bennett(si - ci, var_sum, (mean - vlo[i]) * (1.0 + 1e-12))
+                l_i = 0.0
+                if ci + 1.0 > si:
+                    l_i = 1.0 - _bennett(ci + 1.0 - si, var_sum, (vhi[i] - mean) * (1.0 + 1e-12))
+            else:
+                h_i = 1.0
+                l_i = 1.0 - _bennett(ci + 1.0 - si, var_sum, (vhi[i] - mean) * (1.0 + 1e-12))
+            h_i = min(1.0, h_i * (1.0 + SLACK) + SLACK)
+            l_i = max(0.0, l_i * (1.0 - SLACK) - SLACK)
+            if ci < kf * vlo[i]:
+                l_i = h_i = 0.0
+            elif ci >= kf * vhi[i]:
+                l_i = h_i = 1.0
+            lo[i], hi[i] = l_i, h_i
+            stage[i] = 0
+        ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
+        d_lo = _decide(lo[i], pos[i], exact, a, ti_lo, ti_hi)
+        d_hi = _decide(hi[i], pos[i], exact, a, ti_lo, ti_hi)
+        if d_lo == d_hi and d_lo != 2:
+            out[i] = d_lo
+            open_[i] = False
+            continue
+        if stage[i] < 1:  # lattice.berry_esseen_bracket
+            kb = max(kf, 1.0)
+            var = kq_ss / (kb * kb)
+            if var > 0.0:
+                mean = si / kb
+                reach = max(mean - vlo[i], vhi[i] - mean)
+                sd = math.sqrt(var * kb)
+                err = BERRY_ESSEEN * reach / (math.sqrt(var) * math.sqrt(kb)) * (1.0 + 1e-9) + SLACK
+                b_hi = 0.5 * math.erfc(-((ci - si) / sd) / math.sqrt(2.0)) + err
+                b_lo = 0.5 * math.erfc(-((ci + 1.0 - si) / sd) / math.sqrt(2.0)) - err
+                lo[i] = max(max(b_lo, 0.0), lo[i])
+                hi[i] = min(min(b_hi, 1.0), hi[i])
+            stage[i] = 1
+            n_be += 1
+            d_lo = _decide(lo[i], pos[i], exact, a, ti_lo, ti_hi)
+            d_hi = _decide(hi[i], pos[i], exact, a, ti_lo, ti_hi)
+            if d_lo == d_hi and d_lo != 2:
+                out[i] = d_lo
+                open_[i] = False
+                continue
+        open_[i] = True
+    return n_be
+
+
+def first_stages(k, s, q, vlo, vhi, c, pos, a: float, t_lo, t_hi, lo, hi, stage, out, open_) -> int:
+    """``_first_stages`` on a block (``t_lo``, ``t_hi`` None for the exact rule): fills ``out``
+    where the first stages decide, ``open_`` elsewhere, and refines ``lo``, ``hi``, ``stage``
+    in place."""
+    exact = t_lo is None
+    if exact:
+        t_lo = t_hi = np.zeros(1)
+    return int(_first_stages(k, s, q, vlo, vhi, c, pos, exact, float(a), t_lo, t_hi, lo, hi, stage, out, open_))
 
 
 def warm() -> None:
-    """Compile the kernel (or load it from the cache): done on import."""
-    fourier_cdf(np.full((2, 3), 1.0 / 3.0), (-1, 0, 1), 4, np.array([-4, -3]), (0, -1), 9)
+    """Compile the kernels (or load them from the cache): done on import."""
+    case = [np.array([4]), np.array([1.0]), np.array([3.0]), np.array([-1.0]), np.array([1.0]), np.array([0])]
+    for t_lo, t_hi in ((None, None), (np.array([0.01]), np.array([0.02]))):
+        first_stages(*case, np.array([True]), 0.05, t_lo, t_hi, np.zeros(1), np.ones(1), np.full(1, -1, dtype=np.int8),
+                     np.zeros(1, dtype=np.int8), np.zeros(1, dtype=bool))
+    for dtype in (np.uint8, np.uint16):  # the counts of lattice_decisions.count_values
+        counts = np.array([[1, 2, 1], [0, 3, 1]], dtype=dtype)
+        short_brackets(counts, (-1, 0, 1), [[0, 1], [-1, -2]], [4, 4], [0, 1], [2, 1], [-1, 0], [1, 1], 1e-4, 1e-5)
 
 
 warm()
 
-__all__ = ["fourier_cdf", "warm"]
+__all__ = ["first_stages", "short_brackets", "short_stage", "warm"]

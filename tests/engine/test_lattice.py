@@ -17,6 +17,7 @@ from scipy import stats
 from service.engine import lattice as LT
 from service.engine import lattice_decisions as LD
 from service.engine import rules as R
+from service.engine.lattice_kernel import short_brackets
 
 
 def direct_tail(counts: np.ndarray, values: np.ndarray, c: int) -> float:
@@ -108,14 +109,16 @@ def test_every_bracket_contains_the_exact_tail(vi):
         "bennett": LT.bennett_bracket(k, s, q, vlo, vhi, c),
         "berry_esseen": LT.berry_esseen_bracket(k, s, q, vlo, vhi, c),
         "approx": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi),
-        "approx compiled": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi, compiled=True),
+        "short_brackets": tuple(b[0] for b in short_brackets(hist, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
+                                                             LT.EPS_APPROX)),
     }
     for name, (lo, hi) in brackets.items():
         assert np.all(lo <= exact + 1e-12), (name, np.max(lo - exact))  # exact: to rounding (1e-13)
         assert np.all(exact <= hi + 1e-12), (name, np.max(exact - hi))
-    lo, hi = brackets["approx"]
     spread = sd > 0  # (a one-value row is decided by Bennett: S is a constant)
-    assert np.quantile((hi - lo)[spread], 0.9) < 1e-3  # narrow: it decides almost everything
+    for name in ("approx", "short_brackets"):
+        lo, hi = brackets[name]
+        assert np.quantile((hi - lo)[spread], 0.9) < 1e-3, name  # narrow: it decides almost everything
 
 
 def test_saturation_edges_are_safe():
@@ -147,9 +150,11 @@ def _block(seed: int, values: np.ndarray, n_pairs: int = 6, n_tasks: int = 30, r
     return vals, ks, summer, rng
 
 
-def _decide_as_on_exact_tails(vals, ks, summer, rng, theta: float, big_bs: tuple[int, ...]) -> dict:
+def _decide_as_on_exact_tails(vals, ks, summer, rng, theta: float, big_bs: tuple[int, ...],
+                              compiled: bool = False) -> dict:
     """Staged decisions of a block (exact, and each finite B with fresh uniforms) against the
-    decisions on the exact tail of every case's own histogram; returns the block's cache."""
+    decisions on the exact tail of every case's own histogram; returns the block's cache.
+    ``compiled``: the stages of ``lattice_kernel`` (``Tails._settle_compiled``)."""
     lattice = 5
     ssum = summer(vals.astype(np.float32))
     qsum = summer((vals * vals).astype(np.float32))
@@ -161,28 +166,41 @@ def _decide_as_on_exact_tails(vals, ks, summer, rng, theta: float, big_bs: tuple
     pos = R.above(ssum.ravel(), k.astype(np.float64), theta, lattice)
     cache: dict = {}
     for a in (0.05, 0.2):
-        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, "exact", None, cache)
+        got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, "exact", None, cache, compiled)
         want = R.bootstrap_from_tail(p_low, pos, a, "exact").reshape(ssum.shape)
         np.testing.assert_array_equal(got, want)
         for big_b in big_bs:
             u = rng.random(ssum.shape)
-            got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, big_b, u, cache)
+            got = LD.bootstrap_decisions(vals, summer, ssum, qsum, ks, theta, lattice, a, big_b, u, cache, compiled)
             q = R.bootstrap_conclude_prob(p_low, pos, a, big_b)
             want = np.where(u.ravel() < q, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER).reshape(ssum.shape)
             np.testing.assert_array_equal(got, want)
     return cache
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
-def test_staged_decisions_equal_decisions_on_exact_tails(theta):
+def test_staged_decisions_equal_decisions_on_exact_tails(theta, compiled):
     vals, ks, summer, rng = _block(7, np.arange(-5, 6))
-    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200, 20))
+    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200, 20), compiled)
     tails, _ = cache[("lattice", f"{theta!r}")]
+    assert tails.refined[2] > 0  # the short sums were reached
     assert tails.refined[3] < len(tails.c) / 4  # most cases never needed the exact tail
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_staged_decisions_on_wide_blocks(compiled):
+    """300 tasks (counts of 16 bits) and an irregular lattice: still the exact tails' decisions."""
+    vals, ks, summer, rng = _block(17, np.array([-7, -3, 0, 1, 6]), n_pairs=4, n_tasks=300, reps=12)
+    assert LD.count_values(vals, summer, 4 * 12 * len(ks))[1].dtype == np.uint16
+    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, 0.0, (200,), compiled)
+    tails, _ = cache[("lattice", "0.0")]
+    assert tails.refined[2] > 0
+
+
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("theta", [0.0, 0.05, -0.1])
-def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
+def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta, compiled):
     """A pair's mirror (differences negated) and an equal pair share one law row, and a mirror
     reads its tail at ``-c - 1`` of it: every case must still decide as on the exact tail of
     its own histogram. Pairs are mirrored, duplicated, or alone, in a scrambled order."""
@@ -190,7 +208,7 @@ def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
     zero = np.zeros_like(base[:1])  # its own mirror
     vals = np.concatenate([base[[0]], -base[[1]], -base[[0]], base[[1]], base[[2]], base[[2]], -base[[2]], base[[3]],
                            zero])
-    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200,))
+    cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200,), compiled)
     laws = cache[("lattice",)]
     per_pair = len(laws.k) // len(vals)
     assert len(laws.counts) == 5 * per_pair  # base 0, base 1, base 2, base 3, zero
@@ -199,7 +217,7 @@ def test_mirrored_and_equal_pairs_decide_as_on_their_own_exact_tails(theta):
     tails, _ = cache[("lattice", f"{theta!r}")]
     assert tails.refined[2] > 0  # the short sum was reached, so the mirrors' reading of it was used
     # a summer that does not say its pairs share their tasks (neyman's) shares no law
-    own = _decide_as_on_exact_tails(vals, ks, lambda x: summer(x), rng, theta, ())
+    own = _decide_as_on_exact_tails(vals, ks, lambda x: summer(x), rng, theta, (), compiled)
     assert len(own[("lattice",)].counts) == len(vals) * per_pair
 
 
@@ -215,44 +233,16 @@ def test_mirror_tail_is_read_at_minus_c_minus_one():
     vlo = values[np.argmax(present, axis=1)].astype(np.float64)
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     c = np.rint(s + rng.normal(0, 1.0, len(k)) * np.sqrt(np.maximum(k, 1)) * 2).astype(np.int64)
-    lo, hi = LT.approx_bracket(hist, values, np.stack([c, -c - 1]), k, s, q, vlo, vhi)
     mirror = LT.tail(hist[:, ::-1], -values[::-1], c)  # P(-S <= c) on the reversed histogram
-    assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12)
     exact = LT.tail(hist, values, c)
-    assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12)
-    # the window holds both thresholds, and is no less sharp for it
     spread = np.sqrt(np.maximum(k * q - s * s, 0)) > 0
-    assert np.quantile((hi - lo)[:, spread], 0.9) < 1e-3
-
-
-@pytest.mark.parametrize("vi", range(len(VALUE_SETS)))
-def test_compiled_short_sum_equals_the_numpy_one(vi):
-    """``lattice_kernel.fourier_cdf`` (one compiled loop per row) against ``_fourier_cdf`` on
-    the same rows: windows per row, two thresholds, spread and sub-lattice laws, short and
-    long windows. A row's own sum may stop earlier than its numpy block's, so they agree to
-    the terms both may leave out (``truncation_error``), and far closer on most rows."""
-    from service.engine.lattice_kernel import fourier_cdf
-
-    values = VALUE_SETS[vi]
-    vt = tuple(int(v) for v in values)
-    rng = np.random.default_rng(40 + vi)
-    span = int(values.max() - values.min())
-    for k in (1, 2, 7, 36, 150):
-        shapes = random_rows(rng, 120, values, 50)  # spread, concentrated, two-point, one value
-        hist = np.array([rng.multinomial(k, h / h.sum()) for h in shapes], dtype=np.float64)
-        pmf = hist / k
-        for n in (span * k + 1 | 1, max(3, (span * k) // 3) | 1):  # the whole support, and a window of it
-            lo = np.sort(rng.integers(int(values.min()) * k, int(values.min()) * k + n // 2 + 1, len(hist)))
-            cs = (int(lo.max()) + n // 3, int(lo.max()) + n // 2)
-            for eps in (LT.EPS_TERM, LT.EPS_APPROX):
-                want = LT._fourier_cdf(pmf, vt, k, lo, cs, n, eps)
-                got = fourier_cdf(pmf, vt, k, lo, cs, n, eps)
-                assert got.shape == want.shape == (2, len(hist))
-                np.testing.assert_allclose(got, want, rtol=0, atol=LT.truncation_error(n, eps) + 1e-13)
-                one = fourier_cdf(pmf, vt, k, int(lo[0]), cs[:1], n, eps)  # one window for every row
-                np.testing.assert_allclose(one, LT._fourier_cdf(pmf, vt, k, int(lo[0]), cs[:1], n, eps),
-                                           rtol=0, atol=LT.truncation_error(n, eps) + 1e-13)
-    assert fourier_cdf(pmf[:0], vt, 5, np.zeros(0, dtype=np.int64), (0,), 11).shape == (1, 0)
+    for lo, hi in (LT.approx_bracket(hist, values, np.stack([c, -c - 1]), k, s, q, vlo, vhi),
+                   short_brackets(hist.astype(np.uint8), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi,
+                                  LT.EPS_ALIAS, LT.EPS_APPROX)):
+        assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12)
+        assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12)
+        # the window holds both thresholds, and is no less sharp for it
+        assert np.quantile((hi - lo)[:, spread], 0.9) < 1e-3
 
 
 def test_kernel_compiles_where_numba_cannot_cache(monkeypatch):
@@ -265,7 +255,7 @@ def test_kernel_compiles_where_numba_cannot_cache(monkeypatch):
     def fake_njit(**options):
         calls.append(options)
         if options.get("cache"):
-            raise RuntimeError("cannot cache function '_rows': no locator available")
+            raise RuntimeError("cannot cache function '_brackets': no locator available")
         return lambda fn: fn
 
     monkeypatch.setattr(K, "njit", fake_njit)
@@ -363,8 +353,8 @@ def test_small_groups_share_a_call_with_longer_windows(monkeypatch):
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     args = (hist, values, c, ks, s, q, vlo, vhi)
     calls = []
-    real = LT._short_sum
-    monkeypatch.setattr(LT, "_short_sum", lambda *a: calls.append(a[5]) or real(*a))
+    real = LT._fourier_cdf
+    monkeypatch.setattr(LT, "_fourier_cdf", lambda *a: calls.append(a[5]) or real(*a))
     lo, hi = LT.approx_bracket(*args)
     merged_calls = list(calls)
     monkeypatch.setattr(LT, "MERGE_BELOW", 0)
@@ -482,9 +472,30 @@ def test_finite_b_decide_matches_the_binomial_on_every_case():
     wrong[2100:2200] = p0
     pos = rng.random(n) < 0.5
     p_low = np.where(pos, wrong, 1.0 - wrong)
-    got = LD._finite_b_decide(a, big_b, pos, u)(p_low, slice(None))
+    got = LD._finite_b_decide(a, big_b, pos, u)[0](p_low, slice(None))
     conclude = u < R.bootstrap_conclude_prob(p_low, pos, a, big_b)  # (scipy's binomial, either side)
     want = np.where(conclude, np.where(pos, R.ACCEPT, R.REJECT), R.DEFER)
     np.testing.assert_array_equal(got, want)
     idx = rng.permutation(n)[: n // 2]  # through an index, as a later stage calls it
-    np.testing.assert_array_equal(LD._finite_b_decide(a, big_b, pos, u)(p_low[idx], idx), want[idx])
+    np.testing.assert_array_equal(LD._finite_b_decide(a, big_b, pos, u)[0](p_low[idx], idx), want[idx])
+
+
+@pytest.mark.parametrize("eps_alias", [0.3, 0.05, 1e-3])
+def test_compiled_brackets_hold_with_short_windows(eps_alias):
+    """``lattice_kernel.short_brackets`` with windows far shorter than the replays use, where
+    the mass aliased from beyond each end is large: each end's bound must still cover it."""
+    values = np.arange(-5, 6)
+    rng = np.random.default_rng(53)
+    hist = random_rows(rng, 1500, values, 150)
+    k = hist.sum(axis=1).astype(np.int64)
+    s, q = hist @ values, hist @ (values * values)
+    present = hist > 0
+    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
+    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    sd = np.sqrt(np.maximum(k * q - s * s, 0) / k)
+    c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1)).astype(np.int64)
+    exact, mirror = LT.tail(hist, values, c), LT.tail(hist[:, ::-1], -values[::-1], c)
+    lo, hi = short_brackets(hist.astype(np.uint8), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi, eps_alias, 1e-9)
+    assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12)
+    assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12)
+    assert np.median((hi - lo)[0, sd > 0]) < 3 * eps_alias  # wide only by what the windows leave out

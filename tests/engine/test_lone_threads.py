@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from service import examples
-from service.engine import lattice as LT
 from service.engine import lattice_decisions as LD
 from service.engine import replay as RP
 from service.engine.records import from_rows, load_records
@@ -149,7 +148,7 @@ def test_a_running_chunk_stops_at_its_next_progress_report(monkeypatch):
     assert finished == []  # the second chunk stopped (it has a dozen progress reports)
 
 
-def test_compiled_short_sums_give_the_numpy_report(monkeypatch):
+def test_compiled_stages_give_the_numpy_report(monkeypatch):
     """A replay past ``lattice.COMPILED_FROM``, or any replay in a process that has loaded
     ``lattice_kernel``, computes its short sums there (threads, every bootstrap configuration):
     the report is the one numpy gives, and the threshold counts the bootstrap cases of the
@@ -159,22 +158,25 @@ def test_compiled_short_sums_give_the_numpy_report(monkeypatch):
     boot_cases = 4 * plan.n_pairs * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets)  # 2 B x 2 deltas
     monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases + 1)
     monkeypatch.setattr(LD, "kernel_loaded", lambda: False)  # other tests of this process may have loaded it
-    assert not LD.compiled_short_sums(plan)
-    calls = []
-    real = LT._short_sum
-    monkeypatch.setattr(LT, "_short_sum", lambda *a: calls.append(a[-1]) or real(*a))
+    assert not LD.compiled_stages(plan)
+    import service.engine.lattice_kernel as K
+
+    calls = []  # which way each block's short sums went: False numpy, True compiled
+    for owner, name, compiled in ((LD.Tails, "_short_sums", False), (K, "short_stage", True)):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _c=compiled: calls.append(_c) or _real(*a))
     monkeypatch.setattr(RP, "_lone_threads", lambda: 3)
     in_numpy = run_replay(records, spec, chunks=6)
     assert calls and not any(calls)
     monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases)
-    assert LD.compiled_short_sums(plan)
+    assert LD.compiled_stages(plan)
     calls.clear()
     compiled = run_replay(records, spec, chunks=6)
     assert calls and all(calls)
     assert compiled == in_numpy
     monkeypatch.setattr(LD, "COMPILED_FROM", boot_cases + 1)
     monkeypatch.setattr(LD, "kernel_loaded", lambda: True)  # a worker that preloaded it
-    assert LD.compiled_short_sums(plan)
+    assert LD.compiled_stages(plan)
     calls.clear()
     assert run_replay(records, spec, chunks=6) == in_numpy
     assert calls and all(calls)
@@ -192,7 +194,7 @@ def test_kernel_loaded_means_imported():
         "from service.engine import lattice as LT\n"
         "before = LT.kernel_loaded()\n"
         "import service.engine.lattice_kernel as K\n"
-        "print(before, LT.kernel_loaded(), len(K._rows.signatures))"
+        "print(before, LT.kernel_loaded(), len(K._first_stages.signatures))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "True", "1"]
