@@ -25,6 +25,7 @@ from service.engine.lattice import (
     COMPILED_FROM,
     EPS_ALIAS,
     EPS_APPROX,
+    EPS_TERM,
     approx_runs,
     bennett_bracket,
     berry_esseen_bracket,
@@ -263,7 +264,7 @@ class Tails:
         if not len(idx):
             return out
         d_lo, d_hi = decide(self.lo[idx], idx), decide(self.hi[idx], idx)
-        for stage in (2, 3):
+        for stage in (2, 3, 4):  # short sums, sums over the whole support, exact tails
             still = d_lo != d_hi
             if not still.any():
                 break
@@ -271,11 +272,13 @@ class Tails:
             if not len(sub):
                 continue
             cases = idx[sub]
-            if stage == 2:
-                self.refined[2] += short_stage(cases, h, self.c, self.lo, self.hi, self.stage, EPS_ALIAS, EPS_APPROX)
-            else:
+            if stage < 4:
+                n = short_stage(cases, h, self.c, self.lo, self.hi, self.stage, EPS_ALIAS,
+                                EPS_APPROX if stage == 2 else EPS_TERM, full=stage == 3)
+                self.refined[stage] += n
+            else:  # within rounding of a breakpoint: numpy's exact tail
                 self.lo[cases] = self.hi[cases] = self._exact(cases)
-                self.stage[cases] = 3
+                self.stage[cases] = 4
                 self.refined[3] += len(cases)
             d_lo[sub], d_hi[sub] = decide(self.lo[cases], cases), decide(self.hi[cases], cases)
         out[idx] = d_lo

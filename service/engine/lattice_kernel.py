@@ -13,11 +13,14 @@ sums outside the sums themselves. Here:
   differ (``lattice.bennett_bracket``, ``lattice.berry_esseen_bracket``);
 - ``short_stage``: the short sums of the laws of the open cases (``lattice.approx_runs``),
   each distinct ``(histogram, k, thresholds)`` once (a hash table instead of a sort), each
-  row with its own window, and the brackets written back to every case of those laws.
+  row with its own window, and the brackets written back to every case of those laws; then,
+  for the few cases still open, the same sums over the whole support of ``S`` (brackets of
+  width about 2e-9), where numpy computed exact tails at some 50 µs each.
 
-Each bracket holds the exact tail as numpy's does (the same bounds, their rounding inside
-``lattice.SLACK`` and the 1e-12 added to every sum), so the decisions, and the reports, are
-those of the numpy stages; the tests compare both with exact tails.
+Each bracket holds the exact tail as numpy's does (the same bounds, or looser ones, their
+rounding inside ``lattice.SLACK`` and the 1e-12 added to every sum), and a case still open
+after them gets numpy's exact tail, so the decisions, and the reports, are those of the
+numpy stages; the tests compare both with exact tails.
 
 Importing this module costs a process about 0.5 s: numba (0.4 s), then the kernels, compiled
 (about 4 s) or loaded from numba's cache beside this file, or in the user's cache when the
@@ -67,10 +70,16 @@ windows read their phases off ``e^{iπp/n}`` term by term."""
 
 
 @_compiled(reorder=True)
-def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out, hi_out):  # pragma: no cover
+def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, lo_out, hi_out):  # pragma: no cover
     """``lattice.approx_runs``'s brackets, row by row: each row's own window (no rounding, no
     sharing), the rows taken in order of window length so that one table of ``e^{-iπp/n}``
-    serves every row of a length."""
+    serves every row of a length; with ``full``, every window the whole support.
+
+    One difference: the mass aliased from beyond each end of a window is bounded by
+    ``e^{-log_inv}`` itself, not by Bennett at the end. The window reaches past Bernstein's
+    distance for that mass on each side of the mean (``_reach``), and Bernstein's bound falls
+    with the distance, so the bound holds; it is looser than Bennett's, which costs a log and
+    an exp per row, and the few cases it leaves open go to the sums over the whole support."""
     n_rows, n_v = counts.shape
     n_t = cs.shape[0]
     low_v = values[0]
@@ -79,6 +88,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
     start = np.empty(n_rows, dtype=np.int64)
     e_lo = np.zeros(n_rows)
     e_hi = np.zeros(n_rows)
+    edge = math.exp(-log_inv) * (1.0 + 1e-9)  # Bernstein's bound at ``_reach`` (see above)
     for r in range(n_rows):
         kk = k[r]
         low, high = low_v * kk, (low_v + span) * kk  # the support of S
@@ -106,12 +116,11 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
         last = max(int(math.ceil(s[r] + _reach(var_sum, b_hi, log_inv))), c_max)
         n = (last - first + 1) | 1  # odd: no Nyquist term
         exact_n = (span * kk + 1) | 1
-        if n >= exact_n:  # the whole support fits: no aliasing
+        if full or n >= exact_n:  # the whole support: no aliasing
             length[r], start[r] = exact_n, low
         else:
             length[r], start[r] = n, first
-            e_lo[r] = _bennett(s[r] - (first - 1.0), var_sum, b_lo)  # P(S <= L - 1)
-            e_hi[r] = _bennett((first + n) - s[r], var_sum, b_hi)  # P(S >= L + n)
+            e_lo[r] = e_hi[r] = edge
     # rows by window length (a counting sort: lengths are at most the support)
     top_n = 0
     for r in range(n_rows):
@@ -119,6 +128,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
     tally = np.zeros(top_n + 2, dtype=np.int64)
     for r in range(n_rows):
         tally[length[r] + 1] += 1
+    rows_of = tally[1:].copy()  # rows per window length
     for i in range(1, top_n + 2):
         tally[i] += tally[i - 1]
     order = np.empty(n_rows, dtype=np.int64)
@@ -133,8 +143,26 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
     s_im = np.empty((n_g, max((n_g - 1) // 2, 1)))
     ps_re = np.empty(m_max)
     ps_im = np.empty(m_max)
-    cos_t = np.empty((n_v, m_max))
-    nsin_t = np.empty((n_v, m_max))
+    # φ by |v|: Σ_v p_v e^{-iωv} = p_0 + Σ_u (p_u + p_-u) cos ωu - i Σ_u (p_u - p_-u) sin ωu, so
+    # a law that holds both v and -v costs one product of each kind instead of two
+    n_u = 0
+    mags = np.empty(n_v, dtype=np.int64)  # the distinct |v| > 0
+    u_of = np.full(n_v, -1, dtype=np.int64)  # each value's |v| (-1 for 0)
+    for v in range(n_v):
+        a = abs(values[v])
+        if a == 0:
+            continue
+        for w in range(n_u):
+            if mags[w] == a:
+                u_of[v] = w
+        if u_of[v] < 0:
+            mags[n_u] = a
+            u_of[v] = n_u
+            n_u += 1
+    sym = np.empty(max(n_u, 1))
+    anti = np.empty(max(n_u, 1))
+    cos_t = np.empty((max(n_u, 1), m_max))
+    sin_t = np.empty((max(n_u, 1), m_max))
     inv_sin = np.empty(m_max)
     h_cos = np.empty(2 * top_n + 2)
     h_sin = np.empty(2 * top_n + 2)
@@ -143,6 +171,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
     pr = np.empty(m_max)
     pi = np.empty(m_max)
     table_n = -1
+    tabled = False
     err = 0.0
     thr_of = np.full(64, -1.0)
     for i in range(n_rows):
@@ -155,13 +184,14 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
         kf = float(kk)
         if n != table_n:  # e^{-iπp/n} for p < 2n, exact phases; φ's tables read off it
             table_n = n
+            tabled = n <= _G_TABLE and 4 * rows_of[n] >= n  # the tables cost about n rows' projections
             err = eps * (math.log(max(1, m)) + 1.0) + 1e-12  # lattice.truncation_error, and rounding
             for p in range(2 * n):
                 h_cos[p] = math.cos(p * math.pi / n)
                 h_sin[p] = math.sin(p * math.pi / n)
             for j in range(m):
                 inv_sin[j] = 1.0 / h_sin[j + 1]  # 1/sin(π f/n), f = j + 1
-            if n <= _G_TABLE:  # H_f(cnt) = Σ_{x<cnt} e^{iω_f x} = amp·e^{iπ f (cnt - 1)/n}, every cnt
+            if tabled:  # H_f(cnt) = Σ_{x<cnt} e^{iω_f x} = amp·e^{iπ f (cnt - 1)/n}, every cnt
                 for cnt in range(1, n + 1):
                     a_step = cnt % (2 * n)
                     b_step = cnt - 1
@@ -185,23 +215,38 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
                             at -= 2 * n
                         s_re[x, j] = h_cos[at]
                         s_im[x, j] = h_sin[at]
-            for v in range(n_v):
-                step = (2 * values[v]) % (2 * n)
+            for w in range(n_u):
+                step = (2 * mags[w]) % (2 * n)
                 at = 0
                 for j in range(m):
                     at += step
                     if at >= 2 * n:
                         at -= 2 * n
-                    cos_t[v, j] = h_cos[at]
-                    nsin_t[v, j] = -h_sin[at]
-        re[:m] = 0.0
-        im[:m] = 0.0
+                    cos_t[w, j] = h_cos[at]
+                    sin_t[w, j] = h_sin[at]
+        p0 = 0.0
+        sym[:n_u] = 0.0
+        anti[:n_u] = 0.0
         for v in range(n_v):
-            p = counts[r, v] / kf
-            if p != 0.0:
+            if counts[r, v] != 0:
+                p = counts[r, v] / kf
+                w = u_of[v]
+                if w < 0:
+                    p0 = p
+                else:
+                    sym[w] += p
+                    anti[w] += p if values[v] > 0 else -p
+        re[:m] = p0
+        im[:m] = 0.0
+        for w in range(n_u):
+            x = sym[w]
+            if x != 0.0:
                 for j in range(m):
-                    re[j] += p * cos_t[v, j]
-                    im[j] += p * nsin_t[v, j]
+                    re[j] += x * cos_t[w, j]
+            y = anti[w]
+            if y != 0.0:
+                for j in range(m):
+                    im[j] -= y * sin_t[w, j]
         if kk >= len(thr_of) or thr_of[kk] < 0.0:  # eps**(2/k) once per k (a pow takes ~50 ns)
             if kk >= len(thr_of):
                 grown = np.full(2 * kk + 1, -1.0)
@@ -234,7 +279,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
         low = low_v * kk
         high = (low_v + span) * kk
         two_n = 2 * n
-        if n <= _G_TABLE:  # ψ_f = φ_f^k·e^{iω_f L}, then Re Σ ψ_f·H_f(cnt) per threshold
+        if tabled:  # ψ_f = φ_f^k·e^{iω_f L}, then Re Σ ψ_f·H_f(cnt) per threshold
             x = start[r] % n
             for j in range(top):
                 ps_re[j] = pr[j] * s_re[x, j] - pi[j] * s_im[x, j]
@@ -245,7 +290,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
                 continue
             cnt = c - start[r] + 1
             acc = 0.0
-            if n <= _G_TABLE:
+            if tabled:
                 for j in range(top):
                     acc += ps_re[j] * g_re[cnt, j] - ps_im[j] * g_im[cnt, j]
             else:  # G_f = amp_f·e^{iπ f (2L + cnt - 1)/n}, amp_f = sin(π f cnt/n)/sin(π f/n)
@@ -268,7 +313,14 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, lo_out
             hi_out[t, r] = min(max(hi, lo), 1.0)
 
 
-def short_brackets(counts, values, c, k, s, q, vlo, vhi, eps_alias: float, eps: float):
+def _slack(n_values: int) -> float:
+    """Margin below ``eps**(2/k)`` at which ``|φ|²`` still keeps a term: the rounding of sums of
+    at most ``n_values`` products of magnitude <= 1, each of a folded ``p_u ± p_-u`` (so that no
+    term above ``eps`` is left out)."""
+    return 8e-16 * (n_values + 2)
+
+
+def short_brackets(counts, values, c, k, s, q, vlo, vhi, eps_alias: float, eps: float, full: bool = False):
     """Rigorous ``lo <= P(S <= c) <= hi`` per row and threshold (``c [T, rows]``), as
     ``lattice.approx_runs`` gives them, in one compiled pass: each row its own window, its own
     sum, its own aliasing bounds; no sort, no merging of rows. ``counts [rows, V]`` are the
@@ -281,7 +333,7 @@ def short_brackets(counts, values, c, k, s, q, vlo, vhi, eps_alias: float, eps: 
             np.ascontiguousarray(counts), np.asarray(values, dtype=np.int64), np.asarray(k, dtype=np.int64),
             np.asarray(s, dtype=np.float64), np.asarray(q, dtype=np.float64), np.asarray(vlo, dtype=np.float64),
             np.asarray(vhi, dtype=np.float64), np.ascontiguousarray(cs), math.log(1.0 / eps_alias), eps,
-            4e-16 * (len(values) + 2), lo, hi,
+            _slack(len(values)), full, lo, hi,
         )
     return lo, hi
 
@@ -290,7 +342,7 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 @_compiled
-def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, vhi, log_inv, eps, slack,
+def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, vhi, log_inv, eps, slack, target,
                  lo, hi, stage):  # pragma: no cover - compiled
     """``Tails._short_sums`` in one compiled pass: the law rows of the cases ``idx``, each
     computed once per distinct ``(histogram, k, c)`` with its own threshold and its mirror's,
@@ -362,7 +414,7 @@ def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, v
         cs[1, e] = -c[o] - 1 if mirror[g] >= 0 else c[o]
     b_lo = np.empty((2, n_comp))
     b_hi = np.empty((2, n_comp))
-    _brackets(sub, values, kc, sc, qc, lc, hc, cs, log_inv, eps, slack, b_lo, b_hi)
+    _brackets(sub, values, kc, sc, qc, lc, hc, cs, log_inv, eps, slack, target == 3, b_lo, b_hi)
     # every case of the needed laws: idx, then each law's own case and mirror
     n_refined = 0
     for pass_ in range(2):
@@ -370,7 +422,7 @@ def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, v
         for x in range(len(todo)):
             cases = (todo[x], -1) if pass_ == 0 else (own[todo[x]], mirror[todo[x]])
             for i in cases:
-                if i < 0 or stage[i] >= 2:  # not a case, or refined already (by this pass or before)
+                if i < 0 or stage[i] >= target:  # not a case, or refined already (by this pass or before)
                     continue
                 e = rep[slot[law[i]]]
                 if flip[i]:  # its law negated: 1 - P(S <= -c - 1)
@@ -379,18 +431,20 @@ def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, v
                     n_lo, n_hi = b_lo[0, e], b_hi[0, e]
                 lo[i] = max(n_lo, lo[i])
                 hi[i] = min(n_hi, hi[i])
-                stage[i] = 2
+                stage[i] = target
                 n_refined += 1
     return n_refined
 
 
-def short_stage(idx, hist, c, lo, hi, stage, eps_alias: float, eps: float) -> int:
+def short_stage(idx, hist, c, lo, hi, stage, eps_alias: float, eps: float, full: bool = False) -> int:
     """``_short_stage`` on the cases ``idx`` of a block (``lattice_decisions.Histograms``
-    ``hist``, thresholds ``c``): refines ``lo``, ``hi`` and sets ``stage`` to 2 in place."""
+    ``hist``, thresholds ``c``): refines ``lo``, ``hi`` in place and sets ``stage`` to 2, or
+    with ``full`` (every window the whole support of ``S``: no aliasing, a bracket as wide as
+    the terms below ``eps`` and the rounding allow) to 3."""
     h = hist
     return int(_short_stage(np.asarray(idx, dtype=np.int64), h.law, h.flip, h.own, h.mirror, h.counts, h.values, c,
                             h.k, h.s, h.q, h.vlo, h.vhi, math.log(1.0 / eps_alias), eps,
-                            4e-16 * (len(h.values) + 2), lo, hi, stage))
+                            _slack(len(h.values)), 3 if full else 2, lo, hi, stage))
 
 
 # ----------------------------------------------------------------------------- first stages

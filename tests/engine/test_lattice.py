@@ -111,6 +111,8 @@ def test_every_bracket_contains_the_exact_tail(vi):
         "approx": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi),
         "short_brackets": tuple(b[0] for b in short_brackets(hist, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
                                                              LT.EPS_APPROX)),
+        "whole support": tuple(b[0] for b in short_brackets(hist, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
+                                                            LT.EPS_TERM, full=True)),
     }
     for name, (lo, hi) in brackets.items():
         assert np.all(lo <= exact + 1e-12), (name, np.max(lo - exact))  # exact: to rounding (1e-13)
@@ -119,6 +121,8 @@ def test_every_bracket_contains_the_exact_tail(vi):
     for name in ("approx", "short_brackets"):
         lo, hi = brackets[name]
         assert np.quantile((hi - lo)[spread], 0.9) < 1e-3, name  # narrow: it decides almost everything
+    lo, hi = brackets["whole support"]
+    assert np.max(hi - lo) < 1e-8  # the slack of the bounds, and only that
 
 
 def test_saturation_edges_are_safe():
@@ -185,7 +189,22 @@ def test_staged_decisions_equal_decisions_on_exact_tails(theta, compiled):
     cache = _decide_as_on_exact_tails(vals, ks, summer, rng, theta, (200, 20), compiled)
     tails, _ = cache[("lattice", f"{theta!r}")]
     assert tails.refined[2] > 0  # the short sums were reached
-    assert tails.refined[3] < len(tails.c) / 4  # most cases never needed the exact tail
+    assert tails.refined[3] < len(tails.c) / 4  # most cases never needed the exact tail (or the whole support)
+
+
+def test_compiled_stages_fall_back_to_exact_tails(monkeypatch):
+    """A case the compiled sums leave open (a tail within rounding of its breakpoint) is
+    decided on numpy's exact tail: here the sums over the whole support are skipped, so every
+    case they would have settled goes there, and the decisions are still the exact tails'."""
+    import service.engine.lattice_kernel as K
+
+    vals, ks, summer, rng = _block(7, np.arange(-5, 6))
+    tails, _ = _decide_as_on_exact_tails(vals, ks, summer, rng, 0.05, (200,), compiled=True)[("lattice", "0.05")]
+    assert (tails.stage == 3).any() and not (tails.stage == 4).any()  # the whole support settled them all
+    real = K.short_stage
+    monkeypatch.setattr(K, "short_stage", lambda *a, full=False, **kw: 0 if full else real(*a, full=full, **kw))
+    tails, _ = _decide_as_on_exact_tails(vals, ks, summer, rng, 0.05, (200,), compiled=True)[("lattice", "0.05")]
+    assert (tails.stage == 4).any()
 
 
 @pytest.mark.parametrize("compiled", [False, True])

@@ -164,7 +164,7 @@ def test_compiled_stages_give_the_numpy_report(monkeypatch):
     calls = []  # which way each block's short sums went: False numpy, True compiled
     for owner, name, compiled in ((LD.Tails, "_short_sums", False), (K, "short_stage", True)):
         real = getattr(owner, name)
-        monkeypatch.setattr(owner, name, lambda *a, _real=real, _c=compiled: calls.append(_c) or _real(*a))
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _c=compiled, **kw: calls.append(_c) or _real(*a, **kw))
     monkeypatch.setattr(RP, "_lone_threads", lambda: 3)
     in_numpy = run_replay(records, spec, chunks=6)
     assert calls and not any(calls)
