@@ -73,8 +73,10 @@ windows read their phases off ``e^{iπp/n}`` term by term."""
 @_compiled(reorder=True)
 def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, lo_out, hi_out):  # pragma: no cover
     """``lattice.approx_runs``'s brackets, row by row: each row's own window (no rounding, no
-    sharing), the rows taken in order of window length so that one table of ``e^{-iπp/n}``
-    serves every row of a length; with ``full``, every window the whole support.
+    sharing but its length rounded up to four sizes per octave), the rows taken in order of
+    window length so that one table of ``e^{-iπp/n}`` serves every row of a length (building
+    the tables of a hundred lengths per call cost more than the longer sums); with ``full``,
+    every window the whole support.
 
     One difference: the mass aliased from beyond each end of a window is bounded by
     ``e^{-log_inv}`` itself, not by Bennett at the end. The window reaches past Bernstein's
@@ -114,7 +116,11 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
         b_hi = (vhi[r] - mean) * (1.0 + 1e-12)
         first = min(int(math.floor(s[r] - _reach(var_sum, b_lo, log_inv))), c_min)
         last = max(int(math.ceil(s[r] + _reach(var_sum, b_hi, log_inv))), c_max)
-        n = (last - first + 1) | 1  # odd: no Nyquist term
+        n = last - first + 1
+        if n > 16:  # up to a step of a quarter octave: fewer lengths, fewer tables to build
+            step = 1 << max(0, int(math.log2(n)) - 2)
+            n = -(-n // step) * step
+        n |= 1  # odd: no Nyquist term
         exact_n = (span * kk + 1) | 1
         if full or n >= exact_n:  # the whole support: no aliasing
             length[r], start[r] = exact_n, low
@@ -357,8 +363,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 @_compiled
-def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, vhi, log_inv, eps, slack, target,
-                 lo, hi, stage):  # pragma: no cover - compiled
+def _short_stage(idx, law, flip, own, mirror, counts, words, values, c, k, s, q, vlo, vhi, log_inv, eps, slack,
+                 target, lo, hi, stage):  # pragma: no cover - compiled
     """``Tails._short_sums`` in one compiled pass: the law rows of the cases ``idx``, each
     computed once per distinct ``(histogram, k, c)`` with its own threshold and its mirror's,
     and the brackets of every case of those laws (the cases ``idx``, each law's own case and
@@ -375,43 +381,44 @@ def _short_stage(idx, law, flip, own, mirror, counts, values, c, k, s, q, vlo, v
     for g in range(n_laws):
         if slot[g] >= 0:
             laws[slot[g]] = g
-    # equal computations once: a hash table of (histogram, k, thresholds) over the needed laws
+    # equal computations once: a hash table of (histogram, k, thresholds) over the needed laws,
+    # the histograms read as their words (a few integers that code each row exactly)
     size = 1
     while size < 2 * n_need:
         size *= 2
-    table = np.full(size, -1, dtype=np.int64)
+    t_comp = np.full(size, -1, dtype=np.int64)
+    t_hash = np.empty(size, dtype=np.uint64)
     rep = np.empty(n_need, dtype=np.int64)  # the computation of each needed law
     first = np.empty(n_need, dtype=np.int64)  # each computation's first law
     n_comp = 0
+    n_w = words.shape[1]
     for j in range(n_need):
         g = laws[j]
         o = own[g]
         c_own = c[o]
-        c_neg = -c_own - 1 if mirror[g] >= 0 else c_own
-        h = np.uint64(k[o]) * _MIX ^ np.uint64(c_own + (1 << 40)) ^ (np.uint64(c_neg + (1 << 40)) << np.uint64(21))
-        for v in range(n_v):
-            h = (h ^ np.uint64(counts[g, v])) * _MIX
+        mirrored = mirror[g] >= 0
+        h = (np.uint64(k[o]) * _MIX) ^ np.uint64(c_own + (1 << 40)) ^ np.uint64(2 if mirrored else 1)
+        for w in range(n_w):
+            h = (h ^ np.uint64(words[g, w])) * _MIX
             h ^= h >> np.uint64(29)
         at = np.int64(h & np.uint64(size - 1))
         while True:
-            e = table[at]
+            e = t_comp[at]
             if e < 0:
-                table[at] = n_comp
+                t_comp[at], t_hash[at] = n_comp, h
                 first[n_comp] = j
                 rep[j] = n_comp
                 n_comp += 1
                 break
-            f = laws[first[e]]
-            fo = own[f]
-            same = k[fo] == k[o] and c[fo] == c_own and (mirror[f] >= 0) == (mirror[g] >= 0)
-            if same:
-                for v in range(n_v):
-                    if counts[f, v] != counts[g, v]:
-                        same = False
-                        break
-            if same:
-                rep[j] = e
-                break
+            if t_hash[at] == h:
+                f = laws[first[e]]
+                fo = own[f]
+                same = k[fo] == k[o] and c[fo] == c_own and (mirror[f] >= 0) == mirrored
+                for w in range(n_w):
+                    same = same and words[f, w] == words[g, w]
+                if same:
+                    rep[j] = e
+                    break
             at = (at + 1) & (size - 1)
     sub = np.empty((n_comp, n_v), dtype=counts.dtype)
     kc = np.empty(n_comp, dtype=np.int64)
@@ -457,8 +464,8 @@ def short_stage(idx, hist, c, lo, hi, stage, eps_alias: float, eps: float, full:
     with ``full`` (every window the whole support of ``S``: no aliasing, a bracket as wide as
     the terms below ``eps`` and the rounding allow) to 3."""
     h = hist
-    return int(_short_stage(np.asarray(idx, dtype=np.int64), h.law, h.flip, h.own, h.mirror, h.counts, h.values, c,
-                            h.k, h.s, h.q, h.vlo, h.vhi, math.log(1.0 / eps_alias), eps,
+    return int(_short_stage(np.asarray(idx, dtype=np.int64), h.law, h.flip, h.own, h.mirror, h.counts, h.words,
+                            h.values, c, h.k, h.s, h.q, h.vlo, h.vhi, math.log(1.0 / eps_alias), eps,
                             _slack(len(h.values)), 3 if full else 2, lo, hi, stage))
 
 
@@ -600,8 +607,9 @@ def warm() -> None:
         # one law of two cases (a pair and its mirror), k = 4: what short_stage reads of a Histograms
         hist = SimpleNamespace(
             law=np.array([0, 0]), flip=np.array([False, True]), own=np.array([0]), mirror=np.array([1]),
-            counts=np.array([[1, 2, 1]], dtype=dtype), values=np.array([-1, 0, 1]), k=np.array([4, 4]),
-            s=np.array([0.0, 0.0]), q=np.array([2.0, 2.0]), vlo=np.array([-1.0, -1.0]), vhi=np.array([1.0, 1.0]),
+            counts=np.array([[1, 2, 1]], dtype=dtype), words=np.array([[1 + 2 * 256 + 65536]]),
+            values=np.array([-1, 0, 1]), k=np.array([4, 4]), s=np.array([0.0, 0.0]), q=np.array([2.0, 2.0]),
+            vlo=np.array([-1.0, -1.0]), vhi=np.array([1.0, 1.0]),
         )
         for full in (False, True):
             short_stage(np.array([0]), hist, np.array([0, 0]), np.zeros(2), np.ones(2), np.zeros(2, dtype=np.int8),
