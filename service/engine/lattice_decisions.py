@@ -45,9 +45,11 @@ class Histograms:
     ``Σv²`` (lattice units, exact) and the least and largest observed value are per case.
     ``own`` and ``mirror`` give, per law row, its own case and a negated one (-1 if none).
     Laws are shared only where ``summer.shared`` says that every pair observes the same
-    tasks in case ``(r, j)``. Built once per block; ``Tails`` at several thresholds share it."""
+    tasks in case ``(r, j)``. Built once per block; ``Tails`` at several thresholds share it.
+    ``compiled``: the observed ranges by ``lattice_kernel`` (``lattice.COMPILED_FROM``)."""
 
-    def __init__(self, values: np.ndarray, summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray):
+    def __init__(self, values: np.ndarray, summer, ssum: np.ndarray, qsum: np.ndarray, ks: np.ndarray,
+                 compiled: bool = False):
         n_pairs = len(values)
         if getattr(summer, "shared", False):
             src, flip = _families(values)
@@ -71,6 +73,14 @@ class Histograms:
         self.s = ssum.ravel().astype(np.float64)
         self.q = qsum.ravel().astype(np.float64)
         vals = self.values.astype(np.float64)
+        if compiled:  # the same ranges in two compiled passes (numpy's took a sixth of a block's time)
+            from service.engine.lattice_kernel import case_ranges, law_ranges
+
+            lo_i, hi_i = np.empty(len(self.counts), dtype=np.int64), np.empty(len(self.counts), dtype=np.int64)
+            law_ranges(self.counts, lo_i, hi_i)
+            self.vlo, self.vhi = np.empty(len(self.law)), np.empty(len(self.law))
+            case_ranges(lo_i, hi_i, vals, self.law, self.flip, self.k, self.vlo, self.vhi)
+            return
         lo_i, hi_i = _present_range(self.counts)
         vlo, vhi = vals[lo_i][self.law], vals[hi_i][self.law]
         vlo, vhi = np.where(self.flip, -vhi, vlo), np.where(self.flip, -vlo, vhi)
@@ -252,7 +262,7 @@ class Tails:
         pass: the numpy stages made some forty passes over every case's arrays, most of the
         time of a replay outside the short sums. The cases it leaves open (and those only
         the binomial of a finite ``B`` can decide) go on as in ``settle``."""
-        from service.engine.lattice_kernel import first_stages, short_stage
+        from service.engine.lattice_kernel import decide_cases, first_stages, short_stage
 
         h = self.hist
         pos, a, t_lo, t_hi = fast
@@ -263,7 +273,7 @@ class Tails:
         idx = np.flatnonzero(open_)
         if not len(idx):
             return out
-        d_lo, d_hi = decide(self.lo[idx], idx), decide(self.hi[idx], idx)
+        d_lo, d_hi = decide_cases(idx, self.lo, self.hi, pos, a, t_lo, t_hi, decide)
         for stage in (2, 3, 4):  # short sums, sums over the whole support, exact tails
             still = d_lo != d_hi
             if not still.any():
@@ -280,7 +290,7 @@ class Tails:
                 self.lo[cases] = self.hi[cases] = self._exact(cases)
                 self.stage[cases] = 4
                 self.refined[3] += len(cases)
-            d_lo[sub], d_hi[sub] = decide(self.lo[cases], cases), decide(self.hi[cases], cases)
+            d_lo[sub], d_hi[sub] = decide_cases(cases, self.lo, self.hi, pos, a, t_lo, t_hi, decide)
         out[idx] = d_lo
         return out
 
@@ -338,7 +348,7 @@ def bootstrap_decisions(
     ``compiled``: the stages by ``lattice_kernel`` (see ``lattice.COMPILED_FROM``).
     """
     if ("lattice",) not in cache:
-        cache[("lattice",)] = Histograms(values, summer, ssum, qsum, ks)
+        cache[("lattice",)] = Histograms(values, summer, ssum, qsum, ks, compiled)
     key = ("lattice", f"{theta!r}")
     if key not in cache:
         hist = cache[("lattice",)]

@@ -587,6 +587,67 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, lo, hi, stage
     return n_be
 
 
+@_compiled
+def _decide_cases(idx, lo, hi, pos, exact, a, t_lo, t_hi, d_lo, d_hi):  # pragma: no cover - compiled
+    """``_decide`` at both ends of the brackets of the cases ``idx``; returns how many ends only
+    the binomial can tell (2)."""
+    unknown = 0
+    for x in range(len(idx)):
+        i = idx[x]
+        ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
+        d_lo[x] = _decide(lo[i], pos[i], exact, a, ti_lo, ti_hi)
+        d_hi[x] = _decide(hi[i], pos[i], exact, a, ti_lo, ti_hi)
+        unknown += (d_lo[x] == 2) + (d_hi[x] == 2)
+    return unknown
+
+
+def decide_cases(idx, lo, hi, pos, a: float, t_lo, t_hi, decide) -> tuple[np.ndarray, np.ndarray]:
+    """The decisions at both ends of the brackets of the cases ``idx``, by ``_decide``, and by
+    ``decide`` (numpy's, with the binomial) at the ends ``_decide`` cannot tell."""
+    exact = t_lo is None
+    if exact:
+        t_lo = t_hi = np.zeros(1)
+    idx = np.asarray(idx, dtype=np.int64)
+    d_lo = np.empty(len(idx), dtype=np.int8)
+    d_hi = np.empty(len(idx), dtype=np.int8)
+    if _decide_cases(idx, lo, hi, pos, exact, float(a), t_lo, t_hi, d_lo, d_hi):
+        for d, ends in ((d_lo, lo), (d_hi, hi)):
+            at = np.flatnonzero(d == 2)
+            if len(at):
+                d[at] = decide(ends[idx[at]], idx[at])
+    return d_lo, d_hi
+
+
+@_compiled
+def law_ranges(counts, lo_i, hi_i):  # pragma: no cover - compiled
+    """Per row of ``counts [rows, V]``: its first and last column that is not 0 (0 and 0 for an
+    empty row), as ``lattice_decisions._present_range``."""
+    n_rows, n_v = counts.shape
+    for r in range(n_rows):
+        lo_i[r] = hi_i[r] = 0
+        for v in range(n_v):
+            if counts[r, v] != 0:
+                lo_i[r] = v
+                break
+        for v in range(n_v - 1, -1, -1):
+            if counts[r, v] != 0:
+                hi_i[r] = v
+                break
+
+
+@_compiled
+def case_ranges(lo_i, hi_i, vals, law, flip, k, vlo, vhi):  # pragma: no cover - compiled
+    """Per case: the least and largest value it observed (its law's, negated for a mirror), and
+    for a case of no tasks the empty range ``(vals[-1], vals[0])``: ``Histograms.vlo, vhi``."""
+    for i in range(len(law)):
+        if k[i] <= 0:
+            vlo[i], vhi[i] = vals[-1], vals[0]
+        elif flip[i]:
+            vlo[i], vhi[i] = -vals[hi_i[law[i]]], -vals[lo_i[law[i]]]
+        else:
+            vlo[i], vhi[i] = vals[lo_i[law[i]]], vals[hi_i[law[i]]]
+
+
 def first_stages(k, s, q, vlo, vhi, c, pos, a: float, t_lo, t_hi, lo, hi, stage, out, open_) -> int:
     """``_first_stages`` on a block (``t_lo``, ``t_hi`` None for the exact rule): fills ``out``
     where the first stages decide, ``open_`` elsewhere, and refines ``lo``, ``hi``, ``stage``
@@ -603,7 +664,13 @@ def warm() -> None:
     for t_lo, t_hi in ((None, None), (np.array([0.01]), np.array([0.02]))):
         first_stages(*case, np.array([True]), 0.05, t_lo, t_hi, np.zeros(1), np.ones(1), np.full(1, -1, dtype=np.int8),
                      np.zeros(1, dtype=np.int8), np.zeros(1, dtype=bool))
+    for t_lo, t_hi in ((None, None), (np.array([0.01]), np.array([0.02]))):
+        decide_cases(np.array([0]), np.zeros(1), np.ones(1), np.array([True]), 0.05, t_lo, t_hi,
+                     lambda p, i: np.zeros(len(p), dtype=np.int8))
+    case_ranges(np.array([0]), np.array([2]), np.array([-1.0, 0.0, 1.0]), np.array([0]), np.array([False]),
+                np.array([4]), np.zeros(1), np.zeros(1))
     for dtype in (np.uint8, np.uint16):  # the counts of lattice_decisions.count_values
+        law_ranges(np.array([[1, 2, 1]], dtype=dtype), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
         # one law of two cases (a pair and its mirror), k = 4: what short_stage reads of a Histograms
         hist = SimpleNamespace(
             law=np.array([0, 0]), flip=np.array([False, True]), own=np.array([0]), mirror=np.array([1]),
@@ -619,4 +686,4 @@ def warm() -> None:
 
 warm()
 
-__all__ = ["first_stages", "short_brackets", "short_stage", "warm"]
+__all__ = ["case_ranges", "decide_cases", "first_stages", "law_ranges", "short_brackets", "short_stage", "warm"]

@@ -17,7 +17,7 @@ from scipy import stats
 from service.engine import lattice as LT
 from service.engine import lattice_decisions as LD
 from service.engine import rules as R
-from service.engine.lattice_kernel import short_brackets
+from service.engine.lattice_kernel import law_ranges, short_brackets
 
 
 def direct_tail(counts: np.ndarray, values: np.ndarray, c: int) -> float:
@@ -300,10 +300,32 @@ def test_present_range_matches_a_scan():
         counts[:3] = 0  # empty rows
         counts = counts.astype(np.float32)
         lo, hi = LD._present_range(counts)
-        for row, a, b in zip(counts, lo, hi, strict=True):
+        c_lo, c_hi = np.empty(len(counts), dtype=np.int64), np.empty(len(counts), dtype=np.int64)
+        law_ranges(counts.astype(np.uint8), c_lo, c_hi)  # the compiled one
+        for row, a, b, ca, cb in zip(counts, lo, hi, c_lo, c_hi, strict=True):
             present = np.flatnonzero(row > 0)
             if len(present):
-                assert (a, b) == (present[0], present[-1])
+                assert (a, b) == (ca, cb) == (present[0], present[-1])
+
+
+@pytest.mark.parametrize("n_tasks", [30, 300])
+def test_compiled_histograms_have_numpy_ranges(n_tasks):
+    """``Histograms`` with ``compiled`` (ranges by ``lattice_kernel``) against numpy's, mirrors and
+    cases of no tasks included."""
+    base, ks, summer, rng = _block(23, np.arange(-5, 6), n_pairs=3, n_tasks=n_tasks, reps=10)
+    vals = np.concatenate([base, -base[:2], np.zeros_like(base[:1])])
+    ks = np.concatenate([[0], ks])  # a budget of no tasks first
+
+    def summer0(x):
+        return np.concatenate([np.zeros((len(x), 10, 1)), summer(x)], axis=2)
+
+    summer0.shared = True
+    sums = summer0(vals.astype(np.float32)), summer0((vals * vals).astype(np.float32))
+    numpy_h = LD.Histograms(vals, summer0, *sums, ks)
+    compiled_h = LD.Histograms(vals, summer0, *sums, ks, compiled=True)
+    np.testing.assert_array_equal(numpy_h.vlo, compiled_h.vlo)
+    np.testing.assert_array_equal(numpy_h.vhi, compiled_h.vhi)
+    assert compiled_h.flip.any() and (compiled_h.k == 0).any()
 
 
 def test_group_order_sorts_by_keys_and_keeps_equal_hashes_adjacent():
