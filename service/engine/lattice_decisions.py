@@ -352,8 +352,9 @@ def bootstrap_decisions(
     key = ("lattice", f"{theta!r}")
     if key not in cache:
         hist = cache[("lattice",)]
-        c = R.bootstrap_threshold(theta, hist.k, lattice)
-        pos = R.above(hist.s, hist.k.astype(np.float64), theta, lattice)
+        # both depend on the case's budget alone: per budget, then spread over the cases
+        c = np.broadcast_to(R.bootstrap_threshold(theta, ks, lattice), ssum.shape).ravel()
+        pos = R.above(ssum, ks.astype(np.float64), theta, lattice).ravel()
         cache[key] = (Tails(hist, c, compiled), pos)
     tails, pos = cache[key]
     if resamples == "exact":
