@@ -27,6 +27,14 @@ def shared_dataset(name: str) -> Path:
     return path
 
 
+def pytest_configure(config) -> None:  # noqa: ANN001
+    """Compile the lattice kernels once, in the main process before any xdist worker starts:
+    on a fresh checkout numba has no cache yet, and the compilation (about 8 s) would otherwise
+    run in several processes at once, some of them Celery workers that tests wait for."""
+    if not hasattr(config, "workerinput"):
+        import service.engine.lattice_kernel  # noqa: F401
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001, ARG001
     """Say in one line how many real-data tests skipped and why, instead of leaving it in the skip list."""
     skipped = terminalreporter.stats.get("skipped", [])

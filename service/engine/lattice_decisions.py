@@ -76,6 +76,9 @@ class Histograms:
         if compiled:  # the same ranges in two compiled passes (numpy's took a sixth of a block's time)
             from service.engine.lattice_kernel import case_ranges, law_ranges
 
+            if self.counts.dtype == np.uint8:  # one type of counts for the kernels: one compilation
+                self.counts = self.counts.astype(np.uint16)
+
             lo_i, hi_i = np.empty(len(self.counts), dtype=np.int64), np.empty(len(self.counts), dtype=np.int64)
             law_ranges(self.counts, lo_i, hi_i)
             self.vlo, self.vhi = np.empty(len(self.law)), np.empty(len(self.law))

@@ -22,9 +22,10 @@ rounding inside ``lattice.SLACK`` and the 1e-12 added to every sum), and a case 
 after them gets numpy's exact tail, so the decisions, and the reports, are those of the
 numpy stages; the tests compare both with exact tails.
 
-Importing this module costs a process about 0.5 s: numba (0.4 s), then the kernels, compiled
-(about 4 s) or loaded from numba's cache beside this file, or in the user's cache when the
-package is read-only. The import does both, so that a process that has the module has the
+Importing this module costs a process about 0.5 s: numba (0.3 s), then the kernels loaded
+from numba's cache beside this file (or in the user's cache when the package is read-only),
+about 0.2 s; where there is no cache yet they compile, once, in about 8 s (the Docker image
+compiles them at build). The import does both, so that a process that has the module has the
 kernels.
 """
 
@@ -669,20 +670,19 @@ def warm() -> None:
                      lambda p, i: np.zeros(len(p), dtype=np.int8))
     case_ranges(np.array([0]), np.array([2]), np.array([-1.0, 0.0, 1.0]), np.array([0]), np.array([False]),
                 np.array([4]), np.zeros(1), np.zeros(1))
-    for dtype in (np.uint8, np.uint16):  # the counts of lattice_decisions.count_values
-        law_ranges(np.array([[1, 2, 1]], dtype=dtype), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-        # one law of two cases (a pair and its mirror), k = 4: what short_stage reads of a Histograms
-        hist = SimpleNamespace(
-            law=np.array([0, 0]), flip=np.array([False, True]), own=np.array([0]), mirror=np.array([1]),
-            counts=np.array([[1, 2, 1]], dtype=dtype), words=np.array([[1 + 2 * 256 + 65536]]),
-            values=np.array([-1, 0, 1]), k=np.array([4, 4]), s=np.array([0.0, 0.0]), q=np.array([2.0, 2.0]),
-            vlo=np.array([-1.0, -1.0]), vhi=np.array([1.0, 1.0]),
-        )
-        for full in (False, True):
-            short_stage(np.array([0]), hist, np.array([0, 0]), np.zeros(2), np.ones(2), np.zeros(2, dtype=np.int8),
-                        1e-4, 1e-5, full)
-        short_brackets(hist.counts, hist.values, [[0], [-1]], [4], [0], [2], [-1], [1], 1e-4, 1e-5)
-
+    # the counts of a compiled lattice_decisions.Histograms are uint16 (uint8 widened)
+    law_ranges(np.array([[1, 2, 1]], dtype=np.uint16), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    # one law of two cases (a pair and its mirror), k = 4: what short_stage reads of a Histograms
+    hist = SimpleNamespace(
+        law=np.array([0, 0]), flip=np.array([False, True]), own=np.array([0]), mirror=np.array([1]),
+        counts=np.array([[1, 2, 1]], dtype=np.uint16), words=np.array([[1 + 2 * 256 + 65536]]),
+        values=np.array([-1, 0, 1]), k=np.array([4, 4]), s=np.array([0.0, 0.0]), q=np.array([2.0, 2.0]),
+        vlo=np.array([-1.0, -1.0]), vhi=np.array([1.0, 1.0]),
+    )
+    for full in (False, True):
+        short_stage(np.array([0]), hist, np.array([0, 0]), np.zeros(2), np.ones(2), np.zeros(2, dtype=np.int8),
+                    1e-4, 1e-5, full)
+    short_brackets(hist.counts, hist.values, [[0], [-1]], [4], [0], [2], [-1], [1], 1e-4, 1e-5)
 
 warm()
 

@@ -105,13 +105,14 @@ def test_every_bracket_contains_the_exact_tail(vi):
     present = hist > 0
     vlo = values[np.argmax(present, axis=1)].astype(np.float64)
     vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    counts = hist.astype(np.uint16)  # as a compiled Histograms holds them
     brackets = {
         "bennett": LT.bennett_bracket(k, s, q, vlo, vhi, c),
         "berry_esseen": LT.berry_esseen_bracket(k, s, q, vlo, vhi, c),
         "approx": LT.approx_bracket(hist, values, c, k, s, q, vlo, vhi),
-        "short_brackets": tuple(b[0] for b in short_brackets(hist, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
+        "short_brackets": tuple(b[0] for b in short_brackets(counts, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
                                                              LT.EPS_APPROX)),
-        "whole support": tuple(b[0] for b in short_brackets(hist, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
+        "whole support": tuple(b[0] for b in short_brackets(counts, values, c, k, s, q, vlo, vhi, LT.EPS_ALIAS,
                                                             LT.EPS_TERM, full=True)),
     }
     for name, (lo, hi) in brackets.items():
@@ -256,7 +257,7 @@ def test_mirror_tail_is_read_at_minus_c_minus_one():
     exact = LT.tail(hist, values, c)
     spread = np.sqrt(np.maximum(k * q - s * s, 0)) > 0
     for lo, hi in (LT.approx_bracket(hist, values, np.stack([c, -c - 1]), k, s, q, vlo, vhi),
-                   short_brackets(hist.astype(np.uint8), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi,
+                   short_brackets(hist.astype(np.uint16), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi,
                                   LT.EPS_ALIAS, LT.EPS_APPROX)):
         assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12)
         assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12)
@@ -536,7 +537,7 @@ def test_compiled_brackets_hold_with_short_windows(eps_alias):
     sd = np.sqrt(np.maximum(k * q - s * s, 0) / k)
     c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1)).astype(np.int64)
     exact, mirror = LT.tail(hist, values, c), LT.tail(hist[:, ::-1], -values[::-1], c)
-    lo, hi = short_brackets(hist.astype(np.uint8), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi, eps_alias, 1e-9)
+    lo, hi = short_brackets(hist.astype(np.uint16), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi, eps_alias, 1e-9)
     assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12)
     assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12)
     assert np.median((hi - lo)[0, sd > 0]) < 3 * eps_alias  # wide only by what the windows leave out
