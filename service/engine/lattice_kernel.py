@@ -64,6 +64,20 @@ def _reach(var_sum, b, log_inv):  # pragma: no cover - compiled
     return lb + math.sqrt(lb * lb + 2.0 * var_sum * log_inv)
 
 
+@_compiled
+def _phases(h_cos, h_sin, x, n, m, re, im):  # pragma: no cover - compiled
+    """``re[j] + i·im[j] = e^{iω_f x}`` for ``f = j + 1 <= m``, read off ``e^{iπp/n}`` (``h_cos``,
+    ``h_sin`` for ``p < 2n``) at exact phases."""
+    step = (2 * x) % (2 * n)
+    at = 0
+    for j in range(m):
+        at += step
+        if at >= 2 * n:
+            at -= 2 * n
+        re[j] = h_cos[at]
+        im[j] = h_sin[at]
+
+
 _G_TABLE = 1024
 """Longest window whose sums ``H_f(cnt)`` and phases ``e^{iω_f x}`` are tabulated for every
 ``cnt`` and start ``x`` (two tables, 17 MB at most per call, touched only as far as windows
@@ -229,23 +243,9 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
                         g_re[cnt, j] = amp * h_cos[b_at]
                         g_im[cnt, j] = amp * h_sin[b_at]
                 for x in range(n):  # e^{iω_f x}, every start x mod n
-                    step = (2 * x) % (2 * n)
-                    at = 0
-                    for j in range(m):
-                        at += step
-                        if at >= 2 * n:
-                            at -= 2 * n
-                        s_re[x, j] = h_cos[at]
-                        s_im[x, j] = h_sin[at]
+                    _phases(h_cos, h_sin, x, n, m, s_re[x], s_im[x])
             for w in range(n_u):
-                step = (2 * mags[w]) % (2 * n)
-                at = 0
-                for j in range(m):
-                    at += step
-                    if at >= 2 * n:
-                        at -= 2 * n
-                    cos_t[w, j] = h_cos[at]
-                    sin_t[w, j] = h_sin[at]
+                _phases(h_cos, h_sin, mags[w], n, m, cos_t[w], sin_t[w])
         p0 = 0.0
         sym[:n_u] = 0.0
         anti[:n_u] = 0.0
@@ -517,6 +517,17 @@ def _decide(p, pos, exact, a, t_lo, t_hi):  # pragma: no cover - compiled
     return 2
 
 
+_OPEN = 3
+"""What ``_settled`` says of a bracket whose two ends decide differently (or not here)."""
+
+
+@_compiled
+def _settled(lo, hi, pos, exact, a, t_lo, t_hi):  # pragma: no cover - compiled
+    """The decision at both ends of a bracket where they agree, else ``_OPEN``."""
+    d = _decide(lo, pos, exact, a, t_lo, t_hi)
+    return d if d != 2 and d == _decide(hi, pos, exact, a, t_lo, t_hi) else _OPEN
+
+
 _MIDDLE = 1.5**2
 """Squared distance (in standard deviations of ``S``) from the mean within which a case skips
 Bennett's bound for Berry–Esseen's: there Bennett's bound stays above 0.3, which decides no
@@ -557,10 +568,9 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, lo, hi, stage
             lo[i], hi[i] = l_i, h_i
             stage[i] = 0
         ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
-        d_lo = _decide(lo[i], pos[i], exact, a, ti_lo, ti_hi)
-        d_hi = _decide(hi[i], pos[i], exact, a, ti_lo, ti_hi)
-        if d_lo == d_hi and d_lo != 2:
-            out[i] = d_lo
+        d = _settled(lo[i], hi[i], pos[i], exact, a, ti_lo, ti_hi)
+        if d != _OPEN:
+            out[i] = d
             open_[i] = False
             continue
         if stage[i] < 1:  # lattice.berry_esseen_bracket
@@ -578,10 +588,9 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, lo, hi, stage
                 hi[i] = min(min(b_hi, 1.0), hi[i])
             stage[i] = 1
             n_be += 1
-            d_lo = _decide(lo[i], pos[i], exact, a, ti_lo, ti_hi)
-            d_hi = _decide(hi[i], pos[i], exact, a, ti_lo, ti_hi)
-            if d_lo == d_hi and d_lo != 2:
-                out[i] = d_lo
+            d = _settled(lo[i], hi[i], pos[i], exact, a, ti_lo, ti_hi)
+            if d != _OPEN:
+                out[i] = d
                 open_[i] = False
                 continue
         open_[i] = True

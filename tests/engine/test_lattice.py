@@ -55,6 +55,16 @@ def random_rows(rng: np.random.Generator, n_rows: int, values: np.ndarray, k_max
     return np.array(rows, dtype=np.float64)
 
 
+def moments(hist: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What the brackets take of histograms: ``k``, ``Σv``, ``Σv²`` and the least and largest
+    value present, per row."""
+    k = hist.sum(axis=1).astype(np.int64)
+    present = hist > 0
+    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
+    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    return k, hist @ values, hist @ (values * values), vlo, vhi
+
+
 VALUE_SETS = [
     np.arange(-5, 6),  # differences of fifths (five trials)
     np.array([-4, -2, 0, 2, 4]),  # an even sub-lattice: |φ| returns to 1 at ω = π
@@ -247,11 +257,7 @@ def test_mirror_tail_is_read_at_minus_c_minus_one():
     values = np.arange(-5, 6)
     rng = np.random.default_rng(31)
     hist = random_rows(rng, 600, values, 60)
-    k = hist.sum(axis=1).astype(np.int64)
-    s, q = hist @ values, hist @ (values * values)
-    present = hist > 0
-    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
-    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    k, s, q, vlo, vhi = moments(hist, values)
     c = np.rint(s + rng.normal(0, 1.0, len(k)) * np.sqrt(np.maximum(k, 1)) * 2).astype(np.int64)
     mirror = LT.tail(hist[:, ::-1], -values[::-1], c)  # P(-S <= c) on the reversed histogram
     exact = LT.tail(hist, values, c)
@@ -529,11 +535,7 @@ def test_compiled_brackets_hold_with_short_windows(eps_alias):
     values = np.arange(-5, 6)
     rng = np.random.default_rng(53)
     hist = random_rows(rng, 1500, values, 150)
-    k = hist.sum(axis=1).astype(np.int64)
-    s, q = hist @ values, hist @ (values * values)
-    present = hist > 0
-    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
-    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
+    k, s, q, vlo, vhi = moments(hist, values)
     sd = np.sqrt(np.maximum(k * q - s * s, 0) / k)
     c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1)).astype(np.int64)
     exact, mirror = LT.tail(hist, values, c), LT.tail(hist[:, ::-1], -values[::-1], c)
