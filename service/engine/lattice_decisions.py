@@ -69,9 +69,10 @@ class Histograms:
         for p in np.flatnonzero(flip)[::-1]:  # the first negated pair of each law
             mirror_pair[slot[src[p]]] = p
         self.mirror = np.where(mirror_pair[:, None] >= 0, mirror_pair[:, None] * per_pair + within[None, :], -1).ravel()
-        self.k = np.broadcast_to(ks[None, None, :], ssum.shape).ravel().astype(np.int64)
-        self.s = ssum.ravel().astype(np.float64)
-        self.q = qsum.ravel().astype(np.float64)
+        # one copy each at most (these are read, never written)
+        self.k = np.broadcast_to(np.asarray(ks, dtype=np.int64)[None, None, :], ssum.shape).reshape(-1)
+        self.s = ssum.reshape(-1).astype(np.float64, copy=False)
+        self.q = qsum.reshape(-1).astype(np.float64, copy=False)
         vals = self.values.astype(np.float64)
         if compiled:  # the same ranges in two compiled passes (numpy's took a sixth of a block's time)
             from service.engine.lattice_kernel import case_ranges, law_ranges
