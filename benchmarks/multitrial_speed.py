@@ -9,11 +9,11 @@ fresh process, and prints wall and CPU time, µs per case and peak RSS, and the 
 to ``swebench_lite`` measured in the same run. CPU time is the steadier number on a shared
 machine; ``mcnemar`` runs on binary records only (the others refuse it, as SPEC §4.2 says).
 A multi-trial or fractional bootstrap replay runs as in a Celery worker, which loads the
-compiled short sum (``lattice_kernel``) at start and then uses it for every such replay
-(``lattice.kernel_loaded``): the child imports it before the clock starts, as it does the
+compiled stages (``lattice_kernel``) at start and then uses them for every such replay
+(``lattice.kernel_loaded``): the child imports them before the clock starts, as it does the
 other imports, and prints that one-time cost per process (``jit s``: numba's import and the
-kernel's load, about 0.45 s from numba's cache, 1 s when it compiles). ``--cold`` leaves it
-out, as a one-off CLI replay does below ``lattice.COMPILED_FROM`` cases (numpy's sums).
+kernels' load, about 0.3 s from numba's cache, some 9 s when they compile). ``--cold`` leaves
+it out, as a one-off CLI replay does below ``lattice.COMPILED_FROM`` cases (numpy's stages).
 ``--repeat N`` runs each replay N times (each in a fresh process, the three datasets in turn)
 and keeps the least wall and CPU time of each: on a shared host, the other tenants only ever
 add time.

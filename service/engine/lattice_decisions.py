@@ -171,9 +171,9 @@ class Tails:
     that sees its law negated has ``τ = 1 - P(S <= -c - 1)``, a second point of the same
     power ``φ^k`` (``approx_runs`` with two thresholds).
 
-    ``compiled`` (``lattice.COMPILED_FROM``): the same stages by ``lattice_kernel``, when
-    ``settle`` is given the rule's thresholds (``fast``); a case's Bennett bracket then comes
-    with its first settle.
+    ``compiled`` (``lattice.COMPILED_FROM``): the same stages by ``lattice_kernel`` (``settle``
+    then needs the rule's thresholds, ``fast``), a case's Bennett bracket with its first
+    settle, and before the exact tail a sum over the whole support (stage 3; exact tails 4).
     """
 
     def __init__(self, hist: Histograms, c: np.ndarray, compiled: bool = False):
@@ -186,7 +186,7 @@ class Tails:
         else:
             self.lo, self.hi = bennett_bracket(hist.k, hist.s, hist.q, hist.vlo, hist.vhi, self.c)
             self.stage = np.zeros(len(self.c), dtype=np.int8)
-        self.refined = [len(self.c), 0, 0, 0]  # cases taken to each stage
+        self.refined = [len(self.c), 0, 0, 0, 0]  # cases taken to each stage
 
     def _short_sums(self, idx: np.ndarray) -> np.ndarray:
         """The short-sum brackets of the cases ``idx`` and of the other cases of their laws (own
@@ -235,7 +235,9 @@ class Tails:
         ``fast``: the same rule as ``(pos, a, t_lo, t_hi)`` (``t_lo``, ``t_hi`` the sure
         thresholds of a finite ``B``, None for the exact rule), which lets a compiled ``Tails``
         take its first stages in one pass over the cases (``lattice_kernel.first_stages``)."""
-        if self.compiled and fast is not None:
+        if self.compiled:
+            if fast is None:  # its brackets start empty: only _settle_compiled fills them
+                raise TypeError("a compiled Tails settles with the rule's thresholds (fast)")
             return self._settle_compiled(decide, fast)
         h = self.hist
         every = slice(None)  # every case, without a gather
@@ -293,7 +295,7 @@ class Tails:
             else:  # within rounding of a breakpoint: numpy's exact tail
                 self.lo[cases] = self.hi[cases] = self._exact(cases)
                 self.stage[cases] = 4
-                self.refined[3] += len(cases)
+                self.refined[4] += len(cases)
             d_lo[sub], d_hi[sub] = decide_cases(cases, self.lo, self.hi, pos, a, t_lo, t_hi, decide)
         out[idx] = d_lo
         return out

@@ -15,7 +15,7 @@ sums outside the sums themselves. Here:
   each distinct ``(histogram, k, thresholds)`` once (a hash table instead of a sort), each
   row with its own window, and the brackets written back to every case of those laws; then,
   for the few cases still open, the same sums over the whole support of ``S`` (brackets of
-  width about 2e-9), where numpy computed exact tails at some 50 µs each.
+  width about 2e-9), where numpy computed exact tails at 20–80 µs each.
 
 Each bracket holds the exact tail as numpy's does (the same bounds, or looser ones, their
 rounding inside ``lattice.SLACK`` and the 1e-12 added to every sum), and a case still open
@@ -87,10 +87,10 @@ windows read their phases off ``e^{iπp/n}`` term by term."""
 
 @_compiled(reorder=True)
 def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, lo_out, hi_out):  # pragma: no cover
-    """``lattice.approx_runs``'s brackets, row by row: each row's own window (no rounding, no
-    sharing but its length rounded up to four sizes per octave), the rows taken in order of
-    window length so that one table of ``e^{-iπp/n}`` serves every row of a length (building
-    the tables of a hundred lengths per call cost more than the longer sums); with ``full``,
+    """``lattice.approx_runs``'s brackets, row by row: each row its own window (not shared with
+    other rows; its length rounded up to four sizes per octave, since building the tables of a
+    hundred lengths per call cost more than the longer sums), the rows taken in order of window
+    length so that one table of ``e^{-iπp/n}`` serves every row of a length; with ``full``,
     every window the whole support.
 
     One difference: the mass aliased from beyond each end of a window is bounded by
@@ -530,8 +530,9 @@ def _settled(lo, hi, pos, exact, a, t_lo, t_hi):  # pragma: no cover - compiled
 
 _MIDDLE = 1.5**2
 """Squared distance (in standard deviations of ``S``) from the mean within which a case skips
-Bennett's bound for Berry–Esseen's: there Bennett's bound stays above 0.3, which decides no
-case a breakpoint below 0.25 or above 0.75 cannot (and costs a log and an exp)."""
+Bennett's bound and goes to Berry–Esseen's: there Bennett's bound is at least e^{-1.125} = 0.32
+(it is never below e^{-t²/2σ²}), too weak for the breakpoints of the rules, and it costs a log
+and an exp. Skipping it only leaves the bracket looser, never wrong."""
 
 
 @_compiled
@@ -611,12 +612,18 @@ def _decide_cases(idx, lo, hi, pos, exact, a, t_lo, t_hi, d_lo, d_hi):  # pragma
     return unknown
 
 
+def _rule(t_lo, t_hi) -> tuple[bool, np.ndarray, np.ndarray]:
+    """``(exact, t_lo, t_hi)`` for the kernels: the exact rule (``t_lo`` None) has no thresholds,
+    but a compiled signature wants arrays in their place."""
+    if t_lo is None:
+        return True, np.zeros(1), np.zeros(1)
+    return False, t_lo, t_hi
+
+
 def decide_cases(idx, lo, hi, pos, a: float, t_lo, t_hi, decide) -> tuple[np.ndarray, np.ndarray]:
     """The decisions at both ends of the brackets of the cases ``idx``, by ``_decide``, and by
     ``decide`` (numpy's, with the binomial) at the ends ``_decide`` cannot tell."""
-    exact = t_lo is None
-    if exact:
-        t_lo = t_hi = np.zeros(1)
+    exact, t_lo, t_hi = _rule(t_lo, t_hi)
     idx = np.asarray(idx, dtype=np.int64)
     d_lo = np.empty(len(idx), dtype=np.int8)
     d_hi = np.empty(len(idx), dtype=np.int8)
@@ -662,9 +669,7 @@ def first_stages(k, s, q, vlo, vhi, c, pos, a: float, t_lo, t_hi, lo, hi, stage,
     """``_first_stages`` on a block (``t_lo``, ``t_hi`` None for the exact rule): fills ``out``
     where the first stages decide, ``open_`` elsewhere, and refines ``lo``, ``hi``, ``stage``
     in place."""
-    exact = t_lo is None
-    if exact:
-        t_lo = t_hi = np.zeros(1)
+    exact, t_lo, t_hi = _rule(t_lo, t_hi)
     return int(_first_stages(k, s, q, vlo, vhi, c, pos, exact, float(a), t_lo, t_hi, lo, hi, stage, out, open_))
 
 
