@@ -94,6 +94,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resumed = resume_all(ctx)
         if resumed:
             log.info("resumed %d unfinished replay(s)", resumed)
+    # the engine imports scipy.stats on first use (engine/binom.py); a server pays its second
+    # of import here rather than in the first request that needs an interval
+    importlib.import_module("scipy.stats")
     freeze_startup_objects()
     try:
         yield

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from service.engine import rules as R
 from service.engine import tails as T
@@ -57,6 +57,7 @@ def interval(rule: str, d: np.ndarray, n: int, a: float, lattice: int | None) ->
         if disc == 0:
             lower = upper = 0.0
         else:
+            from scipy import stats  # on first use, not at import (engine/binom.py says why)
             p_lo = float(stats.beta.ppf(a, n_plus, disc - n_plus + 1)) if n_plus > 0 else 0.0
             p_hi = float(stats.beta.ppf(1 - a, n_plus + 1, disc - n_plus)) if n_minus > 0 else 1.0
             lower, upper = (2 * p_lo - 1) * disc / k, (2 * p_hi - 1) * disc / k

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from service.engine import binom
 from service.engine.intervals import Interval, clopper_pearson_interval, normal_interval, t_interval, wilson_interval
 from service.engine.passk import PassK, pass_k_curve
 from service.engine.records import Records, group_labels
@@ -228,7 +228,7 @@ def mcnemar_exact(n_plus: int, n_minus: int) -> float:
     n = a + b
     if n == 0:
         return 1.0
-    return float(min(1.0, 2.0 * stats.binom.cdf(min(a, b), n, 0.5)))
+    return float(min(1.0, 2.0 * binom.cdf(min(a, b), n, 0.5)))
 
 
 def paired_cluster_bootstrap(
@@ -296,6 +296,7 @@ def _paired_test(
     if se == 0.0:
         p = 1.0 if cl.mean == 0.0 else 0.0
     else:
+        from scipy import stats  # on first use, not at import (engine/binom.py says why)
         p = float(2.0 * stats.t.sf(abs(cl.mean) / se, cl.n_clusters - 1))
     return name, se, p, cl if labels is not None else None
 

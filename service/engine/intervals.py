@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from service.engine.statbase import StatsInputError, _count, _level, _z
 
@@ -50,6 +49,8 @@ def normal_interval(mean, se, level: float = 0.95):
 
 def t_interval(mean, se, df, level: float = 0.95):
     """``mean ± t_{df, 1-alpha/2}·se`` (vectorised); used with clustered errors, ``df = G - 1``."""
+    from scipy import stats  # on first use, not at import (engine/binom.py says why)
+
     level = _level(level)
     q = stats.t.ppf(0.5 + level / 2.0, np.asarray(df, dtype=float))
     m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
@@ -74,6 +75,8 @@ def clopper_pearson_interval(successes, n, level: float = 0.95):
     """Exact two-sided Clopper–Pearson interval (vectorised, integer counts):
     ``[Beta_{alpha/2}(x, n - x + 1), Beta_{1-alpha/2}(x + 1, n - x)]``, with 0 at ``x = 0``
     and 1 at ``x = n``."""
+    from scipy import stats  # on first use, not at import (engine/binom.py says why)
+
     alpha = 1.0 - _level(level)
     x = np.asarray(successes, dtype=float)
     m = np.asarray(n, dtype=float)
@@ -91,6 +94,8 @@ def binomial_bounds(successes: int, n: int, level: float = 0.95) -> BinomialBoun
     ``success_lower = alpha**(1/n)`` is used, so ``failure_upper = 1 - alpha**(1/n)``:
     20 clean runs bound the failure rate by 13.91 % at 95 %.
     """
+    from scipy import stats  # on first use, not at import (engine/binom.py says why)
+
     n = _count(n, "n", 1)
     x = _count(successes, "successes", 0)
     if x > n:

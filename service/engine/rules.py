@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from service.engine import binom
 from service.engine import tails as T
 from service.engine.tails import (  # noqa: F401  (the rules' tails, under their old names)
     FAR_TAIL,
@@ -225,12 +226,12 @@ def bootstrap_conclude_prob(p_low, pos, a, resamples: int):
     out = np.empty(p_low.shape)
     # each case needs one side; a replay's tails are mostly 0 or 1 and repeat: the binomial
     # once per distinct value of each side
-    for side, binom in ((True, lambda v: stats.binom.cdf(c, big_b, v)),
-                        (False, lambda v: stats.binom.sf(big_b - c - 1, big_b, v))):
+    for side, prob in ((True, lambda v: binom.cdf(c, big_b, v)),
+                       (False, lambda v: binom.sf(big_b - c - 1, big_b, v))):
         at = pos == side
         if at.any():
             vals, inv = np.unique(p_low[at], return_inverse=True)
-            out[at] = binom(vals)[inv]
+            out[at] = prob(vals)[inv]
     return out
 
 
@@ -379,7 +380,7 @@ def decide(rule: str, d: np.ndarray, theta: float, a: float = 0.05, resamples: i
             raise ValueError("mcnemar needs binary single-trial outcomes")
         npl, nmi = int((d > 0).sum()), int((d < 0).sum())
         nn = npl + nmi
-        p = float(stats.binom.sf(npl - 1, nn, 0.5)) if npl > nmi else float(stats.binom.cdf(npl, nn, 0.5))
+        p = float(binom.sf(npl - 1, nn, 0.5)) if npl > nmi else float(binom.cdf(npl, nn, 0.5))
         return RuleResult(int(mcnemar(npl, nmi, a)), k, m, {"n_plus": npl, "n_minus": nmi, "p_value": p})
     if rule == "serfling":
         big_n = n or k

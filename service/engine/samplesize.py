@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
+from scipy import special
 
 from service.engine.intervals import binomial_bounds
 from service.engine.statbase import StatsInputError, _count, _level, _positive, _unit, _z
@@ -125,5 +125,5 @@ def tasks_for_paired_difference(
         if not math.isfinite(sd) or sd < 0:
             raise StatsInputError("sd_diff", f"must be a finite number >= 0, got {sd_diff!r}")
         var = sd * sd
-    zsum = _z(level) + float(stats.norm.ppf(pw))
+    zsum = _z(level) + float(special.ndtri(pw))  # stats.norm.ppf
     return max(2, math.ceil(zsum * zsum * var / (d * d) * (1.0 - 1e-12)))

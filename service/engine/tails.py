@@ -22,7 +22,8 @@ from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
+
+from service.engine import binom
 
 FAR_TAIL = 1e-13
 
@@ -49,11 +50,11 @@ def tail_trinomial(k, n_plus, n_minus, c):
     for i in range(0, len(res), step):
         kk, npl, nmi, cc = (x[i : i + step, None] for x in flat)
         disc = npl + nmi
-        p_m = stats.binom.pmf(m_axis[None, :], kk, disc / np.maximum(kk, 1))
+        p_m = binom.pmf(m_axis[None, :], kk, disc / np.maximum(kk, 1))
         with np.errstate(invalid="ignore", divide="ignore"):
             q = np.where(disc > 0, npl / np.maximum(disc, 1), 0.0)
         x_max = np.floor_divide(cc + m_axis[None, :], 2)
-        cond = stats.binom.cdf(x_max, m_axis[None, :], q)
+        cond = binom.cdf(x_max, m_axis[None, :], q)
         cond = np.where(x_max < 0, 0.0, cond)
         cond = np.where(m_axis[None, :] > kk, 0.0, cond)
         res[i : i + step] = np.clip(np.sum(p_m * cond, axis=1), 0.0, 1.0)
