@@ -11,12 +11,14 @@ Parallelism comes from the processes instead. A lone replay on an idle machine (
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 _limit: threadpool_limits | None = None
+_controller: tuple[int, ThreadpoolController] | None = None
 
 
 def one_blas_thread() -> None:
@@ -42,8 +44,20 @@ def blas_single_thread() -> Iterator[None]:
     where the work between products is not BLAS (``run_chunk`` on lattice-valued records:
     products of tens of pairs, then the lattice bootstrap), they only burn a core: on
     terminal_bench_1_fractional one thread gave the same wall time for 25-40 % less CPU."""
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _blas_controller().limit(limits=1, user_api="blas"):
         yield
+
+
+def _blas_controller() -> ThreadpoolController:
+    """The thread pools of the libraries loaded so far, looked up once: ``threadpool_limits``
+    looks them up at every call (1.6 ms; a few calls per replay, 2-3 % of a small multi-trial
+    one). Looked up again once more modules have been imported, one of which may have loaded
+    another BLAS (scipy bundles its own)."""
+    global _controller
+    n_modules = len(sys.modules)
+    if _controller is None or _controller[0] != n_modules:
+        _controller = (n_modules, ThreadpoolController())
+    return _controller[1]
 
 
 __all__ = ["blas_single_thread", "one_blas_thread"]

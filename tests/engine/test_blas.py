@@ -79,3 +79,25 @@ def test_blas_single_thread_limits_a_stretch_and_restores_the_setting():
     assert sorted(set(after)) == before
     if os.cpu_count() and os.cpu_count() > 1:
         assert before != [1]  # the default is several threads: the limit is not vacuous
+
+
+def test_blas_single_thread_reaches_a_library_loaded_after_its_first_use():
+    """The libraries are looked up once and kept; scipy's own BLAS, loaded after that first
+    look-up, is limited too."""
+    setup = (
+        "import numpy, json\nfrom threadpoolctl import threadpool_info\n"
+        "from service.engine.blas import blas_single_thread\n"
+        "with blas_single_thread():\n"
+        "    pass\n"
+        "import scipy.linalg\n"
+        "n_libs = len([lib for lib in threadpool_info() if lib['user_api'] == 'blas'])\n"
+        "with blas_single_thread():\n"
+        "    inside = sorted({lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas'})\n"
+        "print(json.dumps([n_libs, inside]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", setup], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n_libs, inside = json.loads(out.stdout.strip().splitlines()[-1])
+    assert n_libs >= 1 and inside == [1]  # here two libraries, numpy's and scipy's
