@@ -50,6 +50,18 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of live processes so far (``/proc/PID/stat``), in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def worker_pids(root: int) -> list[int]:
     """A Celery worker and its pool children (the processes that run the chunks)."""
     out, todo = [root], [root]
@@ -61,6 +73,7 @@ def worker_pids(root: int) -> list[int]:
 
 
 def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: float, tmp: Path, timeout: float) -> dict:
+    """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks."""
     from service.engine.report import report_json
 
     admin = create_engine(PG, isolation_level="AUTOCOMMIT")
@@ -97,16 +110,21 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
         with httpx.Client(base_url=base, timeout=120) as http:
             r = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")})
             r.raise_for_status()
+            api_pids = worker_pids(started[0].pid)
+            cpu0 = [cpu_seconds(worker_pids(w.pid)) for w in pool], cpu_seconds(api_pids)
             t0 = time.monotonic()
             r = http.post("/v1/replays", json={"dataset_id": r.json()["id"], **spec})
             r.raise_for_status()
             post_seconds = time.monotonic() - t0
+            post_cpu = round(cpu_seconds(api_pids) - cpu0[1], 2)
             rid = r.json()["id"]
             while (state := http.get(f"/v1/replays/{rid}").json())["status"] not in ("succeeded", "failed"):
                 if time.monotonic() - t0 > timeout:
                     raise TimeoutError(f"replay still {state['status']} after {timeout:.0f} s; see {tmp}")
                 time.sleep(0.05)
             elapsed = time.monotonic() - t0
+            cpu = [round(cpu_seconds(worker_pids(w.pid)) - c, 2) for w, c in zip(pool, cpu0[0], strict=True)]
+            api_cpu = round(cpu_seconds(api_pids) - cpu0[1], 2)
             rss = [max(peak_rss_mb(p) for p in worker_pids(w.pid)) for w in pool]
             if state["status"] != "succeeded":
                 raise RuntimeError(f"replay failed: {state['error']}")
@@ -137,6 +155,9 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             "post_seconds": round(post_seconds, 2),
             "estimated_seconds": r.json().get("estimated_seconds"),
             "ratio_to_cli": round(elapsed / cli_seconds, 3),
+            "worker_cpu_seconds": cpu,
+            "api_cpu_seconds": api_cpu,
+            "api_cpu_seconds_post": post_cpu,
             "n_pairs": state["n_pairs"],
             "n_chunks": state["n_chunks"],
             "worker_peak_rss_mb": [round(x) for x in rss],
@@ -149,7 +170,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
         print(
             f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI (the POST answered in "
             f"{post_seconds:.2f} s, estimate {out['estimated_seconds']} s); {state['n_pairs']} pairs in "
-            f"{state['n_chunks']} chunks; worker peak RSS {out['worker_peak_rss_mb']} MB; report "
+            f"{state['n_chunks']} chunks; CPU s: workers {cpu}, API {api_cpu} ({post_cpu} in the POST); "
+            f"worker peak RSS {out['worker_peak_rss_mb']} MB; report "
             f"{out['report_bytes_per_configuration'] / 1e3:.0f} kB per configuration (== CLI without rows: "
             f"{same_report}); pages == CLI rows: {same_pairs}; a page of {system}'s pairs in {page_ms:.0f} ms",
             flush=True,
@@ -207,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             )
         out = tmp / "cli.json"
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(
             [
                 sys.executable,
@@ -226,11 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True,
         )
         cli_seconds = time.monotonic() - t0
-        cli_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cli_cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+        cli_rss = c1.ru_maxrss / 1024
         cli = json.loads(out.read_bytes())
         cli_bytes = out.stat().st_size
         print(
-            f"CLI (1 process): {cli_seconds:.1f} s, peak RSS {cli_rss:.0f} MB, report "
+            f"CLI (1 process): {cli_seconds:.1f} s, {cli_cpu:.1f} s CPU, peak RSS {cli_rss:.0f} MB, report "
             f"{cli_bytes / 1e6:.1f} MB ({len(cli['configurations'])} configuration(s))",
             flush=True,
         )
@@ -239,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "cli_seconds": round(cli_seconds, 1),
+                "cli_cpu_seconds": round(cli_cpu, 2),
                 "cli_peak_rss_mb": round(cli_rss),
                 "cli_report_bytes": cli_bytes,
                 "runs": runs,
