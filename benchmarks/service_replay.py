@@ -11,7 +11,8 @@ each worker count, ``sufficiency serve`` and that many ``sufficiency worker --co
 processes start against a private Postgres database and Redis queue (created and removed
 here), the records are uploaded and the replay submitted. Reported per run: wall time from
 submission to a stored report and its ratio to the CLI's time in this run (the host is
-shared: only the ratio means much), the peak resident memory of the CLI and of each worker
+shared: only the ratio means much), the CPU seconds of the CLI, of each worker and of the API
+process during the replay (the POST's share apart), the peak resident memory of the CLI and of each worker
 process, the report's size per configuration, whether it equals the CLI's report without its
 per-pair rows, and whether the per-pair pages (``/pairs``, fetched whole by pages of 1,000) equal
 the CLI's rows; plus the time of one page filtered by a system. Every wait is bounded.
