@@ -53,24 +53,23 @@ def pmf(x, n, p):
 
 def cdf(k, n, p):
     """``P(X <= k)``: 0 below 0, 1 from ``n`` on."""
-    if _CDF is None:
-        return _stats_binom().cdf(k, n, p)
-    k, n, p, valid = _prepare(k, n, p)
-    out = np.where(k >= n, 1.0, 0.0)
-    at = valid & (k >= 0) & (k < n) & np.isfinite(k)
-    out[at] = np.clip(_CDF(np.floor(k[at]), n[at], p[at]), 0.0, 1.0)
-    out[~valid | np.isnan(k)] = np.nan
-    return _result(out)
+    return _cumulative(_CDF, "cdf", k, n, p, below=0.0, beyond=1.0)
 
 
 def sf(k, n, p):
     """``P(X > k)``: 1 below 0, 0 from ``n`` on."""
-    if _SF is None:
-        return _stats_binom().sf(k, n, p)
+    return _cumulative(_SF, "sf", k, n, p, below=1.0, beyond=0.0)
+
+
+def _cumulative(ufunc, name: str, k, n, p, below: float, beyond: float):
+    """``cdf`` or ``sf`` by ``ufunc`` at ``floor(k)`` within ``[0, n)``; ``below`` under 0,
+    ``beyond`` from ``n`` on, as ``scipy.stats`` answers there."""
+    if ufunc is None:
+        return getattr(_stats_binom(), name)(k, n, p)
     k, n, p, valid = _prepare(k, n, p)
-    out = np.where(k < 0, 1.0, 0.0)
+    out = np.where(k < 0, below, beyond)
     at = valid & (k >= 0) & (k < n) & np.isfinite(k)
-    out[at] = np.clip(_SF(np.floor(k[at]), n[at], p[at]), 0.0, 1.0)
+    out[at] = np.clip(ufunc(np.floor(k[at]), n[at], p[at]), 0.0, 1.0)
     out[~valid | np.isnan(k)] = np.nan
     return _result(out)
 
