@@ -112,20 +112,20 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             r = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")})
             r.raise_for_status()
             api_pids = worker_pids(started[0].pid)
-            cpu0 = [cpu_seconds(worker_pids(w.pid)) for w in pool], cpu_seconds(api_pids)
+            workers_cpu0, api_cpu0 = [cpu_seconds(worker_pids(w.pid)) for w in pool], cpu_seconds(api_pids)
             t0 = time.monotonic()
             r = http.post("/v1/replays", json={"dataset_id": r.json()["id"], **spec})
             r.raise_for_status()
             post_seconds = time.monotonic() - t0
-            post_cpu = round(cpu_seconds(api_pids) - cpu0[1], 2)
+            post_cpu = round(cpu_seconds(api_pids) - api_cpu0, 2)
             rid = r.json()["id"]
             while (state := http.get(f"/v1/replays/{rid}").json())["status"] not in ("succeeded", "failed"):
                 if time.monotonic() - t0 > timeout:
                     raise TimeoutError(f"replay still {state['status']} after {timeout:.0f} s; see {tmp}")
                 time.sleep(0.05)
             elapsed = time.monotonic() - t0
-            cpu = [round(cpu_seconds(worker_pids(w.pid)) - c, 2) for w, c in zip(pool, cpu0[0], strict=True)]
-            api_cpu = round(cpu_seconds(api_pids) - cpu0[1], 2)
+            cpu = [round(cpu_seconds(worker_pids(w.pid)) - c, 2) for w, c in zip(pool, workers_cpu0, strict=True)]
+            api_cpu = round(cpu_seconds(api_pids) - api_cpu0, 2)
             rss = [max(peak_rss_mb(p) for p in worker_pids(w.pid)) for w in pool]
             if state["status"] != "succeeded":
                 raise RuntimeError(f"replay failed: {state['error']}")

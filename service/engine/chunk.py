@@ -53,9 +53,11 @@ holds some thirty arrays per case, so smaller blocks lower the peak memory and t
 touches of fresh pages. A quarter of the block halved the peak (terminal_bench_1_fractional:
 480 -> 250 MB) and ran 8 % faster; half of that again (2026-12-04, eight alternating fresh
 processes each, both bootstrap rules, both multi-trial datasets): peak RSS 315-384 -> 280-294
-MB and least CPU 4-13 % lower (a 5-trial replay's first run spent 15 % of its CPU in some
-20,000 page faults). 0/1 records keep large blocks, whose per-block tail look-ups amortize
-(swebench_lite took 1.6x the time in blocks of 500,000)."""
+MB, least CPU 7-13 % lower in one set of runs and 1 % higher to 9 % lower in a second (a
+5-trial replay's first run spent 12-15 % of its CPU in the system, some 20,000 page faults).
+numpy's stages (below ``lattice.COMPILED_FROM``) neither gain nor lose CPU by it. 0/1 records
+keep large blocks, whose per-block tail look-ups amortize (swebench_lite took 1.6x the time
+in blocks of 500,000)."""
 
 
 def lattice_valued(plan: Plan) -> bool:
