@@ -73,6 +73,25 @@ def worker_pids(root: int) -> list[int]:
     return out
 
 
+def replay_timeline(url: str, rid: str) -> dict[str, float]:
+    """When each step of a replay happened, in seconds after the API stored it (the database's
+    own timestamps): the run job started, the first and the last chunk stored, the report
+    stored. Shows where the wall time between the POST and the report goes."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as c:
+            created, started, finished = c.execute(
+                text("SELECT created_at, started_at, finished_at FROM replays WHERE id = :id"), {"id": rid}
+            ).one()
+            first, last = c.execute(
+                text("SELECT min(finished_at), max(finished_at) FROM replay_chunks WHERE replay_id = :id"), {"id": rid}
+            ).one()
+    finally:
+        engine.dispose()
+    steps = {"started": started, "first chunk": first, "last chunk": last, "report": finished}
+    return {k: round((v - created).total_seconds(), 2) for k, v in steps.items() if v is not None}
+
+
 def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: float, tmp: Path, timeout: float) -> dict:
     """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks."""
     from service.engine.report import report_json
@@ -129,6 +148,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             rss = [max(peak_rss_mb(p) for p in worker_pids(w.pid)) for w in pool]
             if state["status"] != "succeeded":
                 raise RuntimeError(f"replay failed: {state['error']}")
+            timeline = replay_timeline(url, rid)
             report = http.get(f"/v1/replays/{rid}/report").content
             confs = cli["configurations"]
             same_report = report == report_json(
@@ -167,6 +187,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             "pairs_equal_cli_rows": same_pairs,
             "one_system_page_ms": round(page_ms, 1),
             "one_system_pairs": one.json()["matched"],
+            "timeline_seconds": timeline,
         }
         print(
             f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI (the POST answered in "
@@ -174,7 +195,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             f"{state['n_chunks']} chunks; CPU s: workers {cpu}, API {api_cpu} ({post_cpu} in the POST); "
             f"worker peak RSS {out['worker_peak_rss_mb']} MB; report "
             f"{out['report_bytes_per_configuration'] / 1e3:.0f} kB per configuration (== CLI without rows: "
-            f"{same_report}); pages == CLI rows: {same_pairs}; a page of {system}'s pairs in {page_ms:.0f} ms",
+            f"{same_report}); pages == CLI rows: {same_pairs}; a page of {system}'s pairs in {page_ms:.0f} ms; "
+            f"after the replay was stored (s): {', '.join(f'{k} {v}' for k, v in timeline.items())}",
             flush=True,
         )
         return out
