@@ -274,7 +274,7 @@ def test_mirror_tail_is_read_at_minus_c_minus_one():
 def test_kernel_compiles_where_numba_cannot_cache(monkeypatch):
     """A read-only install without a writable home: numba refuses ``cache=True`` at
     decoration; the kernel is then compiled in each process instead of failing the import."""
-    from service.engine import lattice_kernel as K
+    from service.engine import lattice_short as K
 
     calls = []
 
@@ -285,7 +285,7 @@ def test_kernel_compiles_where_numba_cannot_cache(monkeypatch):
         return lambda fn: fn
 
     monkeypatch.setattr(K, "njit", fake_njit)
-    assert K._compiled(lambda x: x + 1)(1) == 2
+    assert K.compiled(lambda x: x + 1)(1) == 2
     assert calls == [{"cache": True, "nogil": True}, {"nogil": True}]
 
 
