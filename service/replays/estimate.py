@@ -9,15 +9,16 @@ fixed rate predicts it. Two measurements, best first:
    succeeded on this deployment: the median of their seconds per (case x task), times this
    replay's cases x tasks. Free, and it includes what the deployment really does (queueing,
    number of workers).
-2. **Sample** (no history yet): the replay's first chunk run with about 20 orders per pair
-   instead of its R, twice, timed and scaled by R / 20 and by the number of chunks
-   (``from_sample``), for one worker. It costs at most 2 x 20 / R of a chunk (8 % at 500
-   orders; the second run finds the first one's tails), paid only by the first replay of its
-   kind; it errs high rather than low. It is taken once the replay is stored and its job
-   sent (``service.create``), so the workers do not wait for it. It is timed in CPU seconds
-   of its own thread, on one BLAS thread as a worker runs: where the workers share the
-   API's cores they slow the sample down, and a wall clock would count that as replay
-   time (15x high instead of 4-5x on the 134 x 500 board, on a two-core host).
+2. **Sample** (no history yet): the replay's first chunk run with about 50 orders per pair
+   instead of its R, twice, timed and scaled by R / 50 and by the number of chunks
+   (``from_sample``), for one worker. It costs at most 2 x 50 / R of a chunk (20 % at 500
+   orders; the second run finds the first one's tails, and costs far less), paid only by the
+   first replay of its kind; it errs high rather than low (at most 6 % low where measured:
+   ``SAMPLE_ORDERS``). It is taken once the replay is stored and its job sent
+   (``service.create``), so the workers do not wait for it. It is timed in CPU seconds of its
+   own thread, on one BLAS thread as a worker runs: where the workers share the API's cores
+   they slow the sample down, and a wall clock would count that as replay time (15x high
+   instead of 4-5x on the 134 x 500 board, on a two-core host, when the sample had 20 orders).
 
 Replays below ``MIN_CASES_TO_MEASURE`` cases take about a second: no estimate (null).
 """
@@ -35,8 +36,13 @@ from sqlalchemy.orm import Session
 log = logging.getLogger(__name__)
 
 MIN_CASES_TO_MEASURE = 200_000
-SAMPLE_ORDERS = 20
-"""Orders per pair of the timing sample (the replay's own orders / k, k an integer)."""
+SAMPLE_ORDERS = 50
+"""Orders per pair of the timing sample (the replay's own orders / k, k an integer). A case's
+cost falls with the orders (tails met again, per-pair work that does not grow with them), so
+the fewer the sample's, the higher the estimate: on five replays of 500 orders (2026-12-04,
+against their CPU time on one worker), 20 orders said 1.05-7.2x for a sample of 0.04-0.21 s
+of CPU; 50 orders 0.94-1.8x, and 3.5x on the 134 x 500 board (5-7x at 20), for 0.08-0.21 s;
+100 orders about 3x on the board, for up to 0.34 s."""
 ONE_TIME_GROWTH = 4.0
 """How much more of what a process computes once (0/1 tails met for the first time) a whole
 replay needs than its timing sample: the 134 x 500 board met 161,000 distinct tails in all,
@@ -88,10 +94,10 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     grow that way: the sample is run twice, the second run's time is the one scaled, and the
     difference is added ``ONE_TIME_GROWTH`` times at most. A warm-up pair first pays the
     one-time costs of a process (lazy imports, first allocations). What does not grow with
-    the orders (per block and pair) is multiplied by k too, so the estimate errs high: 1.25-4x
-    on four replays measured on the shared 2-core machine (the 134 x 500 board, which one run
-    scaled whole had put at 57x; swebench_lite with two policies and thresholds;
-    terminal_bench_1_fractional; terminal_bench_core_0.1.1 with the anytime rule). A
+    the orders (per block and pair) is multiplied by k too, so the estimate errs high
+    (``SAMPLE_ORDERS``: 0.94-1.8x on swebench_lite with two policies and thresholds,
+    terminal_bench_1_fractional, terminal_bench_core_0.1.1 with the bootstrap and with the
+    anytime rule; 3.5x on the 134 x 500 board, which one run scaled whole had put at 57x). A
     two-point fit (10 and 30 orders) was tried and dropped: its noise there gave 0.26-2.3x at
     twice the sampling cost."""
     from dataclasses import replace

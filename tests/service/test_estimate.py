@@ -26,20 +26,21 @@ def test_from_sample_scales_the_second_run_and_counts_the_first_runs_extra_once(
 
     monkeypatch.setattr(engine_replay, "run_chunk", fake_run_chunk)
     monkeypatch.setattr(estimate.time, "thread_time", lambda: clock[0])
-    m = min(plan.n_pairs, 40)
+    m = min(plan.n_pairs, 5)  # chunks of 5 pairs: the rate is scaled by pairs / m, the extra is not
     got = estimate.from_sample(plan, m)
-    assert runs == [(20, 0, 1), (20, 0, m), (20, 0, m)]  # 500 orders sampled at 20
-    scale = 500 / 20
+    s = estimate.SAMPLE_ORDERS
+    assert runs == [(s, 0, 1), (s, 0, m), (s, 0, m)]  # 500 orders sampled at SAMPLE_ORDERS
+    scale = 500 / s
     want = 2.0 * scale * plan.n_pairs / m + (10.0 - 2.0) * min(scale, estimate.ONE_TIME_GROWTH)
     assert got == pytest.approx(want)
-    # the old rule, the first run scaled whole, would have said 10 x 25 x pairs / m
+    # the old rule, the first run scaled whole, would have said 10 x scale x pairs / m
     assert got < 10.0 * scale * plan.n_pairs / m / 3
 
 
 def test_from_sample_counts_the_cpu_its_thread_spent_not_the_time_it_waited(monkeypatch):
     """Workers on the API's cores slow the sample down; the waiting is not replay time. Each
     sampled run here waits 0.2 s and computes almost nothing: a wall clock would say at
-    least 0.2 x 25 x pairs / 40 seconds."""
+    least 0.2 x (500 / SAMPLE_ORDERS) x pairs / 40 seconds."""
     import time
 
     plan = plan_replay(load_records(str(examples.path())), make_spec(policies=["coverage_bootstrap"], orders=500))
@@ -49,7 +50,7 @@ def test_from_sample_counts_the_cpu_its_thread_spent_not_the_time_it_waited(monk
 
     monkeypatch.setattr(engine_replay, "run_chunk", waiting_run_chunk)
     m = min(plan.n_pairs, 40)
-    wall_would_say = 0.2 * 25 * plan.n_pairs / m
+    wall_would_say = 0.2 * (500 / estimate.SAMPLE_ORDERS) * plan.n_pairs / m
     assert estimate.from_sample(plan, m) < wall_would_say / 20
 
 
