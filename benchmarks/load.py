@@ -13,11 +13,12 @@ over ``--clients`` processes, every request with the key. Before and after that 
 it sends as many ``GET /healthz`` over the same connections and prints the ratio of the
 decision throughput to the mean healthz throughput: on a shared host absolute numbers move by
 tens of percent from minute to minute, a ratio within one run much less. It also prints the
-CPU time the API workers spent per request in each phase (from /proc). Every response must be a 200 with
-the expected body length: any other outcome is an error, and the exit status is 1 if there
-was one. Prints throughput and latency percentiles per kind. ``--profile DIR`` records each API worker
-with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks. Every wait is bounded; the
-servers are stopped and the database dropped at the end.
+CPU time the API workers spent per request in each phase (from /proc). Every response must be
+a 200 with the expected body length: any other outcome is an error, and the exit status is 1
+if there was one. Prints throughput and latency percentiles per kind (the decisions also
+split into inline ones and those against the stored dataset). ``--profile DIR`` records each
+API worker with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks.
+Every wait is bounded; the servers are stopped and the database dropped at the end.
 """
 
 from __future__ import annotations
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             sizes = [len(http.post("/v1/decisions", content=b, headers={"content-type": "application/json"}).content)
                      for b in bodies]
         host = f"127.0.0.1:{port}"
-        work = [("decision", _request("POST", "/v1/decisions", host, token, bodies[i % 10]), sizes[i % 10])
+        work = [("decision" if i % 10 < 9 else "dataset", _request("POST", "/v1/decisions", host, token,
+                                                                    bodies[i % 10]), sizes[i % 10])
                 for i in range(args.decisions)]
         work += [("report", _request("GET", f"/v1/replays/{rid}/report", host, token, None), report_len)
                  for _ in range(args.reports)]
@@ -255,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
     total = _stats(done, wall)
-    kinds = {k: _stats([r for r in done if r[0] == k], wall) for k in ("decision", "report")}
+    kinds = {"decision": _stats([r for r in done if r[0] in ("decision", "dataset")], wall),
+             "report": _stats([r for r in done if r[0] == "report"], wall)}
+    parts = {k: _stats([r for r in done if r[0] == k], wall) for k in ("decision", "dataset")}
     health = [_stats(rows, t) for rows, t in (health_before, health_after)]
     health_rps = sum(h["throughput_rps"] for h in health) / 2
     ratio = round(kinds["decision"]["throughput_rps"] / health_rps, 3)
@@ -265,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.concurrency} connections over {args.clients} client process(es); {wall:.1f} s")
     print(f"{'kind':10} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'errors':>6}")
-    for k, r in (*kinds.items(), ("all", total)):
+    rows = (*kinds.items(), ("all", total), (" inline", parts["decision"]), (" dataset", parts["dataset"]))
+    for k, r in rows:
         print(f"{k:10} {r['requests']:>8} {r['throughput_rps']:>8} {r['p50_ms']:>8} {r['p90_ms']:>8} "
               f"{r['p99_ms']:>8} {r['max_ms']:>8} {r['errors']:>6}")
     for name, h in zip(("healthz before", "healthz after"), health, strict=True):
@@ -274,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"decisions / healthz (mean of the rounds before and after, same server and connections): {ratio}")
     print(f"API workers' CPU per request: healthz {cpu_us['healthz']} us, mixed phase {cpu_us['mixed']} us (ratio "
           f"{cpu_us['healthz'] / max(cpu_us['mixed'], 1):.3f}; less disturbed by other tenants than throughput)")
-    print(json.dumps({"all": total, **kinds, "healthz": health, "decision_healthz_ratio": ratio,
+    print(json.dumps({"all": total, **kinds, "decision_inline": parts["decision"], "decision_dataset": parts["dataset"],
+                      "healthz": health, "decision_healthz_ratio": ratio,
                       "server_cpu_us_per_request": cpu_us}))
     return 1 if total["errors"] or any(h["errors"] for h in health) else 0
 
