@@ -106,15 +106,10 @@ def test_every_bracket_contains_the_exact_tail(vi):
     values = VALUE_SETS[vi]
     rng = np.random.default_rng(100 + vi)
     hist = random_rows(rng, 3000, values, 120)
-    k = hist.sum(axis=1).astype(np.int64)
-    s = hist @ values
-    q = hist @ (values * values)
+    k, s, q, vlo, vhi = moments(hist, values)
     sd = np.sqrt(np.maximum(k * q - s * s, 0) / k)
     c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1)).astype(np.int64)
     exact = LT.tail(hist, values, c)
-    present = hist > 0
-    vlo = values[np.argmax(present, axis=1)].astype(np.float64)
-    vhi = values[len(values) - 1 - np.argmax(present[:, ::-1], axis=1)].astype(np.float64)
     counts = hist.astype(np.uint16)  # as a compiled Histograms holds them
     brackets = {
         "bennett": LT.bennett_bracket(k, s, q, vlo, vhi, c),
@@ -308,7 +303,7 @@ def test_present_range_matches_a_scan():
         counts = counts.astype(np.float32)
         lo, hi = LD._present_range(counts)
         c_lo, c_hi = np.empty(len(counts), dtype=np.int64), np.empty(len(counts), dtype=np.int64)
-        law_ranges(counts.astype(np.uint8), c_lo, c_hi)  # the compiled one
+        law_ranges(counts.astype(np.uint16), c_lo, c_hi)  # the compiled one, on the counts' type it is compiled for
         for row, a, b, ca, cb in zip(counts, lo, hi, c_lo, c_hi, strict=True):
             present = np.flatnonzero(row > 0)
             if len(present):
