@@ -41,7 +41,7 @@ SAMPLE_ORDERS = 50
 cost falls with the orders (tails met again, per-pair work that does not grow with them), so
 the fewer the sample's, the higher the estimate: on five replays of 500 orders (2026-12-04,
 against their CPU time on one worker), 20 orders said 1.05-7.2x for a sample of 0.04-0.21 s
-of CPU; 50 orders 0.94-1.8x, and 3.5x on the 134 x 500 board (5-7x at 20), for 0.08-0.21 s;
+of CPU; 50 orders 0.94-1.8x, and 3.3-3.8x on the 134 x 500 board (5-7x at 20), for 0.08-0.21 s;
 100 orders about 3x on the board, for up to 0.34 s."""
 ONE_TIME_GROWTH = 4.0
 """How much more of what a process computes once (0/1 tails met for the first time) a whole
@@ -97,7 +97,7 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     the orders (per block and pair) is multiplied by k too, so the estimate errs high
     (``SAMPLE_ORDERS``: 0.94-1.8x on swebench_lite with two policies and thresholds,
     terminal_bench_1_fractional, terminal_bench_core_0.1.1 with the bootstrap and with the
-    anytime rule; 3.5x on the 134 x 500 board, which one run scaled whole had put at 57x). A
+    anytime rule; 3.3-3.8x on the 134 x 500 board, which one run scaled whole had put at 57x). A
     two-point fit (10 and 30 orders) was tried and dropped: its noise there gave 0.26-2.3x at
     twice the sampling cost."""
     from dataclasses import replace
