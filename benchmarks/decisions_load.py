@@ -86,12 +86,17 @@ async def _load(host: str, port: int, method: str, path: str, body: bytes | None
                     reader, writer = await asyncio.open_connection(host, port)
                 writer.write(request)
                 header = await reader.readuntil(b"\r\n\r\n")
-                length = 0
+                length, close = 0, False
                 for line in header.split(b"\r\n"):
                     if line[:15].lower() == b"content-length:":
                         length = int(line[15:])
+                    elif line.lower() == b"connection: close":
+                        close = True
                 await reader.readexactly(length)
                 ok = header[9:12] == b"200"
+                if close:  # the server ends the connection: open another, as any HTTP/1.1 client
+                    writer.close()
+                    reader = writer = None
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                 if writer is not None:
                     writer.close()

@@ -6,11 +6,14 @@ Creates its own Postgres database (on the server of ``SUFFICIENCY_TEST_PG_URL``,
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and uses its own Redis database number
 and queue, migrates, creates an API key, starts a Celery worker and ``sufficiency serve
 --workers 2`` on 127.0.0.1 with ``SUFFICIENCY_AUTH=required``, uploads a synthetic benchmark
-(12 systems x 300 tasks) and replays it. Then it sends the decisions (nine in ten with an
+(12 systems x 300 tasks) and replays it. It sends every distinct request over 16 fresh
+connections, so that each API worker has looked up the dataset and the report once (steady
+state is what is measured). Then it sends the decisions (nine in ten with an
 inline 500-task universe, one in ten against the stored dataset, which reads Postgres) and
 the report fetches, shuffled together, over ``--concurrency`` keep-alive connections split
 over ``--clients`` processes, every request with the key. Before and after that mixed phase
-it sends as many ``GET /healthz`` over the same connections and prints the ratio of the
+it sends as many ``GET /healthz`` over as many connections (each phase opens its own) and
+prints the ratio of the
 decision throughput to the mean healthz throughput: on a shared host absolute numbers move by
 tens of percent from minute to minute, a ratio within one run much less. It also prints the
 CPU time the API workers spent per request in each phase (from /proc). Every response must be
@@ -18,7 +21,9 @@ a 200 with the expected body length: any other outcome is an error, and the exit
 if there was one. Prints throughput and latency percentiles per kind (the decisions also
 split into inline ones and those against the stored dataset). ``--profile DIR`` records each
 API worker with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks.
-Every wait is bounded; the servers are stopped and the database dropped at the end.
+``--latencies FILE`` writes every request of the mixed phase (kind, start, latency), to see
+when the slow ones happened. Every wait is bounded; the servers are stopped and the database
+dropped at the end.
 """
 
 from __future__ import annotations
@@ -78,11 +83,12 @@ def _request(method: str, path: str, host: str, token: str, body: bytes | None) 
     return (head + "\r\n").encode() + (body or b"")
 
 
-async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> list[tuple[str, float, bool]]:
+async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> list[tuple[str, float, bool, float]]:
     """Send ``(kind, raw request, expected body length or -1)`` items over ``conc`` keep-alive
-    connections (HTTP/1.1 on asyncio streams: the client shares the cores with the server)."""
+    connections (HTTP/1.1 on asyncio streams: the client shares the cores with the server).
+    Returns ``(kind, seconds, ok, start)`` per request (``start`` on ``time.perf_counter``)."""
     queue = list(reversed(work))
-    out: list[tuple[str, float, bool]] = []
+    out: list[tuple[str, float, bool, float]] = []
 
     async def worker() -> None:
         reader = writer = None
@@ -95,19 +101,24 @@ async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> li
                     reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
                 writer.write(raw)
                 header = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
-                length = -1
+                length, close = -1, False
                 for line in header.split(b"\r\n"):
                     if line[:15].lower() == b"content-length:":
                         length = int(line[15:])
+                    elif line.lower() == b"connection: close":
+                        close = True
                 if length < 0:
                     raise ValueError("no content-length")
                 await asyncio.wait_for(reader.readexactly(length), 60)
                 ok = header[9:12] == b"200" and (expect < 0 or length == expect)
+                if close:  # the server ends the connection: open another, as any HTTP/1.1 client
+                    writer.close()
+                    reader = writer = None
             except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                 if writer is not None:
                     writer.close()
                 reader = writer = None
-            out.append((kind, time.perf_counter() - t0, ok))
+            out.append((kind, time.perf_counter() - t0, ok, t0))
         if writer is not None:
             writer.close()
 
@@ -115,7 +126,7 @@ async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> li
     return out
 
 
-def _client(args: tuple) -> list[tuple[str, float, bool]]:
+def _client(args: tuple) -> list[tuple[str, float, bool, float]]:
     try:
         import uvloop
 
@@ -125,7 +136,7 @@ def _client(args: tuple) -> list[tuple[str, float, bool]]:
     return asyncio.run(_drive(*args))
 
 
-def _stats(rows: list[tuple[str, float, bool]], wall: float) -> dict:
+def _stats(rows: list[tuple[str, float, bool, float]], wall: float) -> dict:
     lat = np.array([r[1] for r in rows]) * 1000
     return {"requests": len(rows), "errors": sum(not r[2] for r in rows), "throughput_rps": round(len(rows) / wall, 1),
             **{f"p{q}_ms": round(float(np.percentile(lat, q)), 2) for q in (50, 90, 99)},
@@ -164,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--clients", type=int, default=2, help="load-generating processes")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
+    parser.add_argument("--latencies", metavar="FILE", help="write the mixed phase's requests as JSON lines: "
+                        "kind, start (s from the phase's first), latency (ms), ok")
     parser.add_argument("--profile", metavar="DIR", help="record the API workers with py-spy during the load "
                         "(py-spy on PATH or next to this Python); collapsed stacks per worker in DIR")
     args = parser.parse_args(argv)
@@ -222,12 +235,31 @@ def main(argv: list[str] | None = None) -> int:
                 r.raise_for_status()
             sizes = [len(http.post("/v1/decisions", content=b, headers={"content-type": "application/json"}).content)
                      for b in bodies]
+        # Steady state is what is measured, so every API worker has answered each request once
+        # before the clock starts: its first look-up of the dataset and the report (and its
+        # first database connection) come from Postgres. Those requests went over the one
+        # connection above, to one worker; each new connection here is hashed to a worker
+        # afresh, so in 16 the chance that a worker got none of a request is 2^-15. (Without
+        # this the other worker paid them in the measured phase: its first dataset decision
+        # and report took 42-53 ms, with the requests queued behind them.)
+        for _ in range(16):
+            with httpx.Client(base_url=base, headers=auth, timeout=60,
+                              limits=httpx.Limits(max_keepalive_connections=0)) as fresh:
+                for body in bodies:
+                    fresh.post("/v1/decisions", content=body, headers={"content-type": "application/json"}
+                               ).raise_for_status()
+                fresh.get(f"/v1/replays/{rid}/report").raise_for_status()
         host = f"127.0.0.1:{port}"
-        work = [("decision" if i % 10 < 9 else "dataset", _request("POST", "/v1/decisions", host, token,
-                                                                    bodies[i % 10]), sizes[i % 10])
+        # One request object per distinct request, the work items pointing at them: a client's
+        # share then pickles to a few hundred kB. Built per item, the 10,000 inline bodies
+        # pickled to about 100 MB per client, and the second client started its requests
+        # 0.25 s after the first while it unpickled them, beside the servers (the first
+        # 0.5 s of the mixed phase held half of its requests above the p99).
+        decision_raw = [_request("POST", "/v1/decisions", host, token, b) for b in bodies]
+        report_raw = _request("GET", f"/v1/replays/{rid}/report", host, token, None)
+        work = [("decision" if i % 10 < 9 else "dataset", decision_raw[i % 10], sizes[i % 10])
                 for i in range(args.decisions)]
-        work += [("report", _request("GET", f"/v1/replays/{rid}/report", host, token, None), report_len)
-                 for _ in range(args.reports)]
+        work += [("report", report_raw, report_len)] * args.reports
         random.Random(0).shuffle(work)
         shares = [work[i::args.clients] for i in range(args.clients)]
         conc = [args.concurrency // args.clients + (i < args.concurrency % args.clients) for i in range(args.clients)]
@@ -256,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+    if args.latencies:
+        first = min(r[3] for r in done)
+        with open(args.latencies, "w") as fh:
+            for kind, seconds, ok, start in sorted(done, key=lambda r: r[3]):
+                fh.write(json.dumps([kind, round(start - first, 6), round(1e3 * seconds, 3), ok]) + "\n")
     total = _stats(done, wall)
     kinds = {"decision": _stats([r for r in done if r[0] in ("decision", "dataset")], wall),
              "report": _stats([r for r in done if r[0] == "report"], wall)}
@@ -276,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, h in zip(("healthz before", "healthz after"), health, strict=True):
         print(f"{name:15} {h['requests']:>8} req at {h['throughput_rps']} req/s, p99 {h['p99_ms']} ms, "
               f"{h['errors']} errors")
-    print(f"decisions / healthz (mean of the rounds before and after, same server and connections): {ratio}")
+    print(f"decisions / healthz (mean of the rounds before and after, same server): {ratio}")
     print(f"API workers' CPU per request: healthz {cpu_us['healthz']} us, mixed phase {cpu_us['mixed']} us (ratio "
           f"{cpu_us['healthz'] / max(cpu_us['mixed'], 1):.3f}; less disturbed by other tenants than throughput)")
     print(json.dumps({"all": total, **kinds, "decision_inline": parts["decision"], "decision_dataset": parts["dataset"],
