@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     )
     max_connections: int = Field(default=1000, ge=1, description="Open connections and tasks per process (503 over).")
     keep_alive_seconds: float = Field(default=5.0, gt=0, description="Idle keep-alive connections close after this.")
+    balance_connections: bool = Field(
+        default=True, description="Workers of `serve --workers N` even out their keep-alive connections "
+        "(a worker two above the least loaded closes one after its response)."
+    )
     forwarded_allow_ips: str = Field(
         default="", description="Proxies whose X-Forwarded-For is trusted (comma-separated); empty = none."
     )

@@ -25,6 +25,7 @@ import asyncio
 from functools import lru_cache
 from typing import Any
 
+from service import connection_share
 from service.config import Settings
 
 try:
@@ -47,19 +48,28 @@ def _limits() -> tuple[int, float]:
 if HttpToolsProtocol is not None:
 
     class BoundedHttpTools(HttpToolsProtocol):  # type: ignore[misc,valid-type]
-        """uvicorn's httptools protocol with a size and a time limit on request headers."""
+        """uvicorn's httptools protocol with a size and a time limit on request headers, and
+        the count of connections that ``service.connection_share`` keeps even across workers."""
 
         _in_headers = True
         _header_bytes = 0
         _header_timer: asyncio.TimerHandle | None = None
+        _share: connection_share.ConnectionShare | None = None
+        _shed = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._max_bytes, self._timeout = _limits()
             self._arm()
+            self._share = connection_share.current()
+            if self._share is not None:
+                self._share.opened()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._share is not None:
+                self._share.lost(self._shed)
+                self._share = None
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -80,6 +90,13 @@ if HttpToolsProtocol is not None:
             self._in_headers = False
             self._disarm()
             super().on_headers_complete()
+            # the request just parsed runs now (none ahead of it on this connection): its
+            # response may close the connection for the kernel to hash it to another worker
+            cycle = self.cycle  # a new one, unless the request was an upgrade (no cycle)
+            if (self._share is not None and not self._shed and cycle is not None and not cycle.response_complete
+                    and not self.pipeline and self._share.shed()):
+                self._shed = True
+                cycle.keep_alive = False  # uvicorn adds "connection: close" and closes after
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

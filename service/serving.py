@@ -5,7 +5,8 @@ is awake accepts. A burst of new connections (a harness opening its pool, a load
 warming up) then lands mostly on one worker: of 32 connections opened at once, splits such
 as 31/1 and 27/5 were common on the development machine. That worker's queue sets the tail
 latency while the other idles. With one socket per worker the kernel spreads connections
-over the workers by a hash of the address pair (within 21/11 in the same trials).
+over the workers by a hash of the address pair (within 21/11 in the same trials), and the
+workers even out what the hash leaves uneven (``service.connection_share``).
 
 Linux only (elsewhere ``SO_REUSEPORT`` does not spread connections); ``sufficiency serve``
 falls back to uvicorn's own workers there. The supervisor restarts a worker that dies,
@@ -22,6 +23,7 @@ import sys
 import time
 from multiprocessing.connection import wait
 from types import FrameType
+from typing import Any
 
 APP = "service.main:create_app"
 STARTUP_FAILURE = 3
@@ -53,7 +55,7 @@ def bound_socket(host: str, port: int, *, reuseport: bool = True, listen: bool =
     return sock
 
 
-def _worker(host: str, port: int, log_level: str) -> None:
+def _worker(host: str, port: int, log_level: str, counts: Any = None, index: int = 0) -> None:
     import uvicorn
 
     try:
@@ -61,6 +63,10 @@ def _worker(host: str, port: int, log_level: str) -> None:
     except OSError as exc:
         print(f"sufficiency serve: worker cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
+    if counts is not None:  # listening: the kernel hashes connections here from now on
+        from service import connection_share
+
+        connection_share.install(counts, index)
     from service.config import Settings
     from service.http_limits import uvicorn_options
 
@@ -73,13 +79,20 @@ def _worker(host: str, port: int, log_level: str) -> None:
 class Supervisor:
     """Start ``workers`` processes serving ``host:port``; keep them running until a signal."""
 
-    def __init__(self, host: str, port: int, workers: int, log_level: str = "info"):
+    def __init__(self, host: str, port: int, workers: int, log_level: str = "info", balance: bool = True):
         self.host, self.port, self.workers, self.log_level = host, port, workers, log_level
         self._ctx = mp.get_context("spawn")
         self._stopping = False
+        # each worker's connection count, in shared memory (service.connection_share)
+        self._counts = None
+        if balance and workers > 1:
+            from service.connection_share import NOT_SERVING
 
-    def _start(self) -> mp.process.BaseProcess:
-        proc = self._ctx.Process(target=_worker, args=(self.host, self.port, self.log_level), daemon=False)
+            self._counts = self._ctx.Array("i", [NOT_SERVING] * workers, lock=False)
+
+    def _start(self, index: int) -> mp.process.BaseProcess:
+        proc = self._ctx.Process(target=_worker, args=(self.host, self.port, self.log_level, self._counts, index),
+                                 daemon=False)
         proc.start()
         return proc
 
@@ -99,7 +112,7 @@ class Supervisor:
             print(f"sufficiency serve: cannot bind {self.host}:{self.port}: {exc.strerror}", file=sys.stderr)
             return 1
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        procs = [self._start() for _ in range(self.workers)]
+        procs = [self._start(i) for i in range(self.workers)]
         print(f"sufficiency serve: http://{self.host}:{self.port} with {self.workers} workers "
               f"(one listening socket each)", file=sys.stderr, flush=True)
         status = 0
@@ -121,7 +134,11 @@ class Supervisor:
                         break
                     print(f"sufficiency serve: worker {proc.pid} exited (exit code {proc.exitcode}); "
                           "starting another", file=sys.stderr, flush=True)
-                    procs[i] = self._start()
+                    if self._counts is not None:  # its connections are gone, and no socket listens
+                        from service.connection_share import NOT_SERVING
+
+                        self._counts[i] = NOT_SERVING
+                    procs[i] = self._start(i)
         finally:
             self._stop_all(procs)
             for s, handler in previous.items():

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         run_migrations(settings.sqlalchemy_url, settings.migrations_dir)
         os.environ["SUFFICIENCY_MIGRATE_ON_START"] = "false"
     if args.workers > 1 and reuseport_spreads():
-        return Supervisor(args.host, args.port, args.workers, args.log_level).run()
+        return Supervisor(args.host, args.port, args.workers, args.log_level,
+                          balance=settings.balance_connections).run()
     from service.http_limits import uvicorn_options
 
     uvicorn.run(
