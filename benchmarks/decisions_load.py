@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast-path", action=argparse.BooleanOptionalAction, default=True,
                         help="answer inline decisions before FastAPI's routing (the default; "
                              "--no-fast-path measures the FastAPI route alone)")
+    parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="SUFFICIENCY_EVENT_LOOP of the API (for --server serve; service/http_limits.py)")
     args = parser.parse_args(argv)
 
     body = json.dumps(decision_body()).encode()
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         # serve --workers > 1 wants a broker (replays must not run in every worker); nothing
         # is submitted here, so Redis only has to answer.
         env = procs.env_for(data_dir=tmp / "data", migrate_on_start="false", decision_fast_path=args.fast_path,
-                            broker_url=args.broker if args.server == "serve" else None)
+                            broker_url=args.broker if args.server == "serve" else None, event_loop=args.event_loop)
         subprocess.run([sys.executable, "-c", procs.BOOT, "migrate"], cwd=REPO, env=env, check=True,
                        capture_output=True, timeout=120)
         port = procs.free_port()

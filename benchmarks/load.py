@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
     parser.add_argument("--no-balance", action="store_true", help="SUFFICIENCY_BALANCE_CONNECTIONS=false: the "
                         "API workers keep the split the kernel's hash gives (service/connection_share.py)")
+    parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="SUFFICIENCY_EVENT_LOOP of the API workers (service/http_limits.py)")
     parser.add_argument("--latencies", metavar="FILE", help="write the mixed phase's requests as JSON lines: "
                         "kind, start (s from the phase's first), latency (ms), ok")
     parser.add_argument("--profile", metavar="DIR", help="record the API workers with py-spy during the load "
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = {"database_url": url, "broker_url": f"{REDIS_URL}/{random.randint(1, 15)}",
                     "celery_queue": name, "migrate_on_start": "false", "auth": "required",
                     "rate_limit_per_second": 0, "environment": "production",
-                    "balance_connections": not args.no_balance}
+                    "balance_connections": not args.no_balance, "event_loop": args.event_loop}
         tmp = Path(tempfile.mkdtemp(prefix="sufficiency_load_"))
         env = procs.env_for(**settings)
         worker = procs.start(["worker", "--pool", "solo", "--loglevel", "warning"], env, tmp / "worker.log")

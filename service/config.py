@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     )
     max_connections: int = Field(default=1000, ge=1, description="Open connections and tasks per process (503 over).")
     keep_alive_seconds: float = Field(default=5.0, gt=0, description="Idle keep-alive connections close after this.")
+    event_loop: Literal["asyncio", "uvloop"] = Field(
+        default="asyncio", description="The API's event loop. uvloop's libuv accepts one connection per loop "
+        "iteration, so under load a burst of new connections waits an iteration each (see service/http_limits.py)."
+    )
     balance_connections: bool = Field(
         default=True, description="Workers of `serve --workers N` even out their keep-alive connections "
         "(a worker two above the least loaded closes one after its response)."
