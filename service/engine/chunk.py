@@ -5,7 +5,7 @@ visits a case alone:
 
 * pairs sharing a task set ``T`` share each sampled order (``plan.py`` draws them);
 * for an order, "observed at budget k" is a 0/1 matrix ``[N, R·J]``; prefix sums of the
-  lattice-valued differences for all pairs are then one matrix product;
+  lattice-valued differences for all pairs are then one matrix product (``summers.py``);
 * each rule is a closed form of those sums (``rules.py``); the bootstrap with ``B``
   resamples uses its exact tail and one uniform per case (the count of resamples at or
   below θ is exactly ``Binomial(B, p)``).
@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import io
 import math
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from service.engine.lattice_decisions import bootstrap_decisions, compiled_stage
 from service.engine.npz import savez_fast
 from service.engine.plan import STREAM, Config, Plan, config_groups
 from service.engine.spec import ANYTIME_RULES, SpecError
+from service.engine.summers import MatrixSummer, NeymanSummer, Summer, shared_summer
 
 Progress = Callable[[int], None]
 BLOCK_ELEMENTS = 6_000_000
@@ -101,15 +99,6 @@ class ChunkResult:
             return cls(int(z["start"]), int(z["stop"]), *(z[f] for f in cls.FIELDS))
 
 
-def _obs_matrix(order: np.ndarray, ks: np.ndarray) -> np.ndarray:
-    """``[N, R·J]`` float32: task at position t is observed by order r at budget j."""
-    rank = np.empty_like(order)
-    reps, n = order.shape
-    rank[np.arange(reps)[:, None], order] = np.arange(n)[None, :]
-    obs = rank.T[:, :, None] < ks[None, None, :]
-    return obs.reshape(n, -1).astype(np.float32)
-
-
 def run_chunk(plan: Plan, start: int, stop: int, progress: Progress | None = None) -> ChunkResult:
     """Replay pairs ``[start, stop)`` for every configuration, seed and budget."""
     if not 0 <= start <= stop <= plan.n_pairs:
@@ -134,102 +123,6 @@ def run_chunk(plan: Plan, start: int, stop: int, progress: Progress | None = Non
     return out
 
 
-
-
-class Summer:
-    """Maps per-task values ``X [P, N]`` to their sums over each case's observed tasks
-    ``[P, R, J]`` (``summer(x)``), and to those sums added over the orders ``[P, J]``
-    (``rep_sums(x)``: what the cost tallies need, without the ``[P, R, J]`` array).
-    ``shared``: every pair's case ``(r, j)`` observes the same tasks, so equal rows of ``X``
-    have equal sums (the lattice bootstrap then computes a pair and its mirror once)."""
-
-    reps: int
-    shared = False
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def rep_sums(self, x: np.ndarray) -> np.ndarray:
-        return self(x).sum(axis=1)
-
-    def sum32(self, x: np.ndarray) -> np.ndarray:
-        """``self(x)`` in float32, for sums of small integers (exact below 2**24)."""
-        return self(x).astype(np.float32)
-
-
-class _MatrixSummer(Summer):
-    """Sums through one matrix product with the observation matrix of a shared order; sums
-    over the orders through its column totals (how many orders observe each task at each
-    budget: ``R`` times fewer products)."""
-
-    shared = True
-
-    def __init__(self, order: np.ndarray, ks: np.ndarray):
-        self.obs32 = _obs_matrix(order, ks)
-        self._obs64: np.ndarray | None = None
-        self.reps, self.n_j = order.shape[0], len(ks)
-        self.seen = self.obs32.reshape(len(self.obs32), self.reps, self.n_j).sum(axis=1, dtype=np.float64)  # [N, J]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        if x.dtype == np.float64:  # costs and non-lattice values keep full precision
-            if self._obs64 is None:
-                self._obs64 = self.obs32.astype(np.float64)
-            return (x @ self._obs64).reshape(len(x), self.reps, self.n_j)
-        return self.sum32(x).astype(np.float64)
-
-    def sum32(self, x: np.ndarray) -> np.ndarray:
-        return (x.astype(np.float32) @ self.obs32).reshape(len(x), self.reps, self.n_j)
-
-    def rep_sums(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64) @ self.seen
-
-
-_SUMMERS: weakref.WeakKeyDictionary[Plan, OrderedDict[int, tuple[np.ndarray, _MatrixSummer]]] = (
-    weakref.WeakKeyDictionary()
-)
-_SUMMERS_KEPT = 2
-_summers_lock = threading.Lock()
-
-
-def _shared_summer(plan: Plan, order: np.ndarray, ks: np.ndarray) -> _MatrixSummer:
-    """The summer of an order shared by all pairs, kept with its plan across chunks. A Celery
-    worker replays chunk after chunk of one plan, and their observation matrix is the same
-    (the 134 x 500 board: 19 MB built in 11 ms, for chunks of 100 ms); a few are kept, for
-    the orders (``plan._orders`` returns the same array for the same order) met last."""
-    with _summers_lock:
-        kept = _SUMMERS.setdefault(plan, OrderedDict())
-        hit = kept.get(id(order))
-        if hit is not None and hit[0] is order:
-            kept.move_to_end(id(order))
-            return hit[1]
-    summer = _MatrixSummer(order, ks)
-    with _summers_lock:
-        kept[id(order)] = (order, summer)  # the order is held, so its id is not reused
-        while len(kept) > _SUMMERS_KEPT:
-            kept.popitem(last=False)
-    return summer
-
-
-class _NeymanSummer(Summer):
-    """Sums for neyman draws: the first ``alloc[p, j, g]`` tasks of each group's shuffled
-    block, read off within-block prefix sums (the allocation is the pair's own)."""
-
-    def __init__(self, within: np.ndarray, gstart: np.ndarray, alloc: np.ndarray):
-        self.within, self.gstart = within, gstart
-        self.reps, self.n = within.shape
-        self.idx = gstart[None, None, :] + alloc  # [P, J, G]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x)  # float32 lattice values sum exactly; costs stay float64
-        csum = np.zeros((len(x), self.reps, self.n + 1), dtype=x.dtype)
-        np.cumsum(x[:, self.within], axis=2, out=csum[:, :, 1:])
-        out = np.empty((len(x), self.reps, self.idx.shape[1]))
-        for p in range(len(x)):
-            ends = csum[p][:, self.idx[p]]  # [R, J, G]
-            out[p] = ends.sum(axis=2) - csum[p][:, self.gstart].sum(axis=1)[:, None]
-        return out
-
-
 def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: ChunkResult,
                     progress: Progress | None) -> None:
     ts = plan._tasksets[ts_id]
@@ -245,7 +138,7 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
                     continue
                 cfg = plan.configs[live[0]]
                 order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, int(a))
-                _replay_order(plan, ts_id, members[sub], values[sub], order, _MatrixSummer(order, ts.ks), live, s,
+                _replay_order(plan, ts_id, members[sub], values[sub], order, MatrixSummer(order, ts.ks), live, s,
                               out)
             if progress:
                 progress(len(members) * reps * n_j * len(cfgs))
@@ -256,12 +149,12 @@ def _replay_taskset(plan: Plan, ts_id: int, members: np.ndarray, s: int, out: Ch
             for i in range(0, len(members), block):
                 sub = members[i : i + block]
                 alloc = np.stack([plan.neyman_alloc(int(p), cfg) for p in sub])  # [P, J, G]
-                _replay_order(plan, ts_id, sub, values[i : i + block], None, _NeymanSummer(within, gstart, alloc),
+                _replay_order(plan, ts_id, sub, values[i : i + block], None, NeymanSummer(within, gstart, alloc),
                               cfgs, s, out, neyman_counts=alloc, progress=progress)
         else:
             cfg = plan.configs[cfgs[0]]
             order = plan._orders(ts_id, s, cfg.policy, cfg.group, cfg.floor, -1)
-            summer = _shared_summer(plan, order, ts.ks)
+            summer = shared_summer(plan, order, ts.ks)
             # Blocks of pairs bound memory (cases × a few arrays) and pace progress / cancellation.
             block = block_pairs(plan, n_j)
             for i in range(0, len(members), block):

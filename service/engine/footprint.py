@@ -3,9 +3,9 @@
 The case count (pairs x orders x budgets x configurations x seeds) bounds time, not memory:
 ``run_chunk`` holds arrays whose shape is tasks x orders x budgets whatever the number of
 pairs, so two systems with 1,000 tasks and 100,000 orders (3.8 M cases) asked for 7.6 GB.
-This module mirrors the engine's allocations term by term (``chunk.py``: the observation
-matrix of a shared order, the cached orders, the blocks of pairs decided together, the
-anytime paths, neyman's prefix sums) so the service can refuse such a replay at submission.
+This module mirrors the engine's allocations term by term (``chunk.py``, ``summers.py``: the
+observation matrix of a shared order, the cached orders, the blocks of pairs decided together,
+the anytime paths, neyman's prefix sums) so the service can refuse such a replay at submission.
 A test runs chunks under ``tracemalloc`` and checks the estimate stays above the measured
 peak and within a small factor of it, so a change of the engine's shapes shows up there.
 """

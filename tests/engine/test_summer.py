@@ -1,10 +1,12 @@
-"""Sums over observed tasks (engine/chunk.py): the orders' totals and the packed 0/1 counts."""
+"""Sums over observed tasks (engine/summers.py), and the packed 0/1 counts and closed forms that
+read them (engine/chunk.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from service.engine import chunk as C
+from service.engine import summers as S
 
 
 def _order(rng, reps: int, n: int) -> np.ndarray:
@@ -14,7 +16,7 @@ def _order(rng, reps: int, n: int) -> np.ndarray:
 def test_rep_sums_equal_the_per_order_sums_added_up():
     rng = np.random.default_rng(0)
     n, reps, ks = 60, 25, np.array([3, 10, 31, 60])
-    summer = C._MatrixSummer(_order(rng, reps, n), ks)
+    summer = S.MatrixSummer(_order(rng, reps, n), ks)
     x = rng.random((7, n))
     want = summer(x).sum(axis=1)
     np.testing.assert_allclose(summer.rep_sums(x), want, rtol=1e-12, atol=0)
@@ -29,7 +31,7 @@ def test_packed_binary_counts_equal_separate_sums():
     the sums of d and d², come back exactly."""
     rng = np.random.default_rng(1)
     n, reps, ks = C._PACK - 1, 3, np.array([1, 700, C._PACK - 1])
-    summer = C._MatrixSummer(_order(rng, reps, n), ks)
+    summer = S.MatrixSummer(_order(rng, reps, n), ks)
     d = rng.choice([-1.0, 0.0, 1.0], size=(4, n))
     d[0] = -1.0  # every task lost: the largest packed sum
     packed = summer.sum32(np.where(d > 0, 1.0, np.where(d < 0, float(C._PACK), 0.0)).astype(np.float32))
@@ -45,7 +47,7 @@ def test_a_shared_order_s_summer_is_kept_with_its_plan_across_chunks(monkeypatch
     order (or plan) gets its own, and only the last few are kept."""
     import weakref
 
-    monkeypatch.setattr(C, "_SUMMERS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(S, "_SUMMERS", weakref.WeakKeyDictionary())
 
     class FakePlan:  # any object that can be weakly referenced stands for a plan here
         pass
@@ -53,22 +55,22 @@ def test_a_shared_order_s_summer_is_kept_with_its_plan_across_chunks(monkeypatch
     rng = np.random.default_rng(2)
     ks = np.array([2, 5])
     plan, other = FakePlan(), FakePlan()
-    orders = [_order(rng, 4, 8) for _ in range(C._SUMMERS_KEPT + 1)]
-    first = C._shared_summer(plan, orders[0], ks)
-    assert C._shared_summer(plan, orders[0], ks) is first
-    assert C._shared_summer(plan, orders[0].copy(), ks) is not first  # an equal array is not the order
-    assert C._shared_summer(other, orders[0], ks) is not first
+    orders = [_order(rng, 4, 8) for _ in range(S._SUMMERS_KEPT + 1)]
+    first = S.shared_summer(plan, orders[0], ks)
+    assert S.shared_summer(plan, orders[0], ks) is first
+    assert S.shared_summer(plan, orders[0].copy(), ks) is not first  # an equal array is not the order
+    assert S.shared_summer(other, orders[0], ks) is not first
     for o in orders[1:]:
-        C._shared_summer(plan, o, ks)
-    assert len(C._SUMMERS[plan]) == C._SUMMERS_KEPT
-    assert C._shared_summer(plan, orders[0], ks) is not first  # the oldest went first
+        S.shared_summer(plan, o, ks)
+    assert len(S._SUMMERS[plan]) == S._SUMMERS_KEPT
+    assert S.shared_summer(plan, orders[0], ks) is not first  # the oldest went first
     x = rng.random((3, 8))
-    np.testing.assert_array_equal(C._shared_summer(plan, orders[-1], ks)(x), C._MatrixSummer(orders[-1], ks)(x))
+    np.testing.assert_array_equal(S.shared_summer(plan, orders[-1], ks)(x), S.MatrixSummer(orders[-1], ks)(x))
     del plan
     import gc
 
     gc.collect()
-    assert len(C._SUMMERS) == 1  # a plan's summers go with it
+    assert len(S._SUMMERS) == 1  # a plan's summers go with it
 
 
 def test_counts_over_the_orders_equal_numpy_sums():
