@@ -3,7 +3,8 @@ much the server's memory grew for each, with ``/healthz`` timed alongside.
 
     .venv/bin/python benchmarks/hostile.py [--workers 1]
 
-Starts ``sufficiency serve`` on the embedded default (SQLite, in-process jobs) with
+Starts ``sufficiency serve`` on the embedded default (SQLite, in-process jobs; with ``--workers``
+above 1, a Celery worker on Redis database 13 runs the jobs) with
 ``SUFFICIENCY_AUTH=required`` (rate limit 20/s, burst 40) in a temporary directory, creates a key, uploads a 2 x 1,000
 dataset, then sends each row of the issue's table and prints one line per request: the
 status, the seconds it took, the server's RSS growth (``/proc/<pid>/status``, all its
@@ -19,6 +20,7 @@ import base64
 import csv
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -94,7 +96,14 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="hostile-"))
     port = procs.free_port()
     base = f"http://127.0.0.1:{port}"
-    env = procs.env_for(data_dir=tmp / "data", auth="required", rate_limit_per_second=20, rate_limit_burst=40)
+    # More than one API worker needs a broker (replays must not run in every worker): Redis
+    # database 13, a queue of this run's own, and a Celery worker started below.
+    broker = queue = None
+    if args.workers > 1:
+        broker = os.environ.get("SUFFICIENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379") + "/13"
+        queue = f"hostile_{os.getpid()}"
+    env = procs.env_for(data_dir=tmp / "data", auth="required", rate_limit_per_second=20, rate_limit_burst=40,
+                        broker_url=broker, celery_queue=queue)
     key = subprocess.run(
         [sys.executable, "-c", procs.BOOT, "keys", "create", "--name", "bench", "--scopes", "read,submit,decide,admin"],
         cwd=REPO,
@@ -103,10 +112,14 @@ def main() -> int:
         text=True,
         timeout=120,
     ).stdout.strip()
-    server = procs.start(
-        ["serve", "--port", str(port), "--workers", str(args.workers), "--log-level", "warning"], env, tmp / "serve.log"
-    )
+    worker = server = None
     try:
+        if broker:
+            worker = procs.start(["worker", "--pool", "solo", "--loglevel", "warning"], env, tmp / "worker.log")
+        server = procs.start(
+            ["serve", "--port", str(port), "--workers", str(args.workers), "--log-level", "warning"], env,
+            tmp / "serve.log",
+        )
         procs.wait_http(f"{base}/healthz", proc=server)
         auth = {"Authorization": f"Bearer {key}"}
         h = httpx.Client(base_url=base, headers=auth, timeout=120)
@@ -334,7 +347,9 @@ def main() -> int:
         health.stop.set()
         h.close()
     finally:
-        procs.stop(server)
+        for proc in (server, worker):
+            if proc is not None:
+                procs.stop(proc)
     return 0
 
 
