@@ -83,19 +83,24 @@ def _request(method: str, path: str, host: str, token: str, body: bytes | None) 
     return (head + "\r\n").encode() + (body or b"")
 
 
-async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> list[tuple[str, float, bool, float]]:
+Row = tuple[str, float, bool, float, bool]
+"""A request's ``(kind, seconds, ok, start, closed)``."""
+
+
+async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> list[Row]:
     """Send ``(kind, raw request, expected body length or -1)`` items over ``conc`` keep-alive
     connections (HTTP/1.1 on asyncio streams: the client shares the cores with the server).
-    Returns ``(kind, seconds, ok, start)`` per request (``start`` on ``time.perf_counter``)."""
+    Returns ``(kind, seconds, ok, start, closed)`` per request (``start`` on ``time.perf_counter``;
+    ``closed``: the response said ``Connection: close``)."""
     queue = list(reversed(work))
-    out: list[tuple[str, float, bool, float]] = []
+    out: list[Row] = []
 
     async def worker() -> None:
         reader = writer = None
         while queue:
             kind, raw, expect = queue.pop()
             t0 = time.perf_counter()
-            ok = False
+            ok = close = False
             try:
                 if writer is None:
                     reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
@@ -118,7 +123,7 @@ async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> li
                 if writer is not None:
                     writer.close()
                 reader = writer = None
-            out.append((kind, time.perf_counter() - t0, ok, t0))
+            out.append((kind, time.perf_counter() - t0, ok, t0, close))
         if writer is not None:
             writer.close()
 
@@ -126,7 +131,7 @@ async def _drive(port: int, work: list[tuple[str, bytes, int]], conc: int) -> li
     return out
 
 
-def _client(args: tuple) -> list[tuple[str, float, bool, float]]:
+def _client(args: tuple) -> list[Row]:
     try:
         import uvloop
 
@@ -136,7 +141,7 @@ def _client(args: tuple) -> list[tuple[str, float, bool, float]]:
     return asyncio.run(_drive(*args))
 
 
-def _stats(rows: list[tuple[str, float, bool, float]], wall: float) -> dict:
+def _stats(rows: list[Row], wall: float) -> dict:
     lat = np.array([r[1] for r in rows]) * 1000
     return {"requests": len(rows), "errors": sum(not r[2] for r in rows), "throughput_rps": round(len(rows) / wall, 1),
             **{f"p{q}_ms": round(float(np.percentile(lat, q)), 2) for q in (50, 90, 99)},
@@ -296,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.latencies:
         first = min(r[3] for r in done)
         with open(args.latencies, "w") as fh:
-            for kind, seconds, ok, start in sorted(done, key=lambda r: r[3]):
-                fh.write(json.dumps([kind, round(start - first, 6), round(1e3 * seconds, 3), ok]) + "\n")
+            for kind, seconds, ok, start, closed in sorted(done, key=lambda r: r[3]):
+                fh.write(json.dumps([kind, round(start - first, 6), round(1e3 * seconds, 3), ok, closed]) + "\n")
     total = _stats(done, wall)
     kinds = {"decision": _stats([r for r in done if r[0] in ("decision", "dataset")], wall),
              "report": _stats([r for r in done if r[0] == "report"], wall)}
@@ -318,12 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, h in zip(("healthz before", "healthz after"), health, strict=True):
         print(f"{name:15} {h['requests']:>8} req at {h['throughput_rps']} req/s, p99 {h['p99_ms']} ms, "
               f"{h['errors']} errors")
+    closed = [sum(r[4] for r in rows) for rows in (health_before[0], done, health_after[0])]
+    print(f"connections the server closed (Connection: close), healthz before / mixed / healthz after: "
+          f"{closed[0]} / {closed[1]} / {closed[2]}")
     print(f"decisions / healthz (mean of the rounds before and after, same server): {ratio}")
     print(f"API workers' CPU per request: healthz {cpu_us['healthz']} us, mixed phase {cpu_us['mixed']} us (ratio "
           f"{cpu_us['healthz'] / max(cpu_us['mixed'], 1):.3f}; less disturbed by other tenants than throughput)")
     print(json.dumps({"all": total, **kinds, "decision_inline": parts["decision"], "decision_dataset": parts["dataset"],
                       "healthz": health, "decision_healthz_ratio": ratio,
-                      "server_cpu_us_per_request": cpu_us}))
+                      "server_cpu_us_per_request": cpu_us, "connections_closed": closed}))
     return 1 if total["errors"] or any(h["errors"] for h in health) else 0
 
 

@@ -66,6 +66,7 @@ if HttpToolsProtocol is not None:
         _header_timer: asyncio.TimerHandle | None = None
         _share: connection_share.ConnectionShare | None = None
         _shed = False
+        _opened_at = 0.0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -74,6 +75,7 @@ if HttpToolsProtocol is not None:
             self._share = connection_share.current()
             if self._share is not None:
                 self._share.opened()
+                self._opened_at = self._share.clock()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
@@ -104,7 +106,7 @@ if HttpToolsProtocol is not None:
             # response may close the connection for the kernel to hash it to another worker
             cycle = self.cycle  # a new one, unless the request was an upgrade (no cycle)
             if (self._share is not None and not self._shed and cycle is not None and not cycle.response_complete
-                    and not self.pipeline and self._share.shed()):
+                    and not self.pipeline and self._share.shed(self._opened_at)):
                 self._shed = True
                 cycle.keep_alive = False  # uvicorn adds "connection: close" and closes after
 
