@@ -17,6 +17,7 @@ route's own answer, for successes and errors.
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import limits
@@ -43,8 +44,9 @@ class DecisionFastPath:
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         if messages[-1]["type"] == "http.request":
+            state = scope["app"].state
             answer = _try_decide(b"".join(m.get("body", b"") for m in messages), self.calibration_ttl,
-                                 scope["app"].state.settings)
+                                 state.settings, getattr(state, "sessionmaker", None))
             if answer is not None:
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-length", str(len(answer)).encode("latin-1")),
@@ -58,10 +60,12 @@ class DecisionFastPath:
         await self.app(scope, replay, send)
 
 
-def _try_decide(raw: bytes, calibration_ttl: float, settings: Settings) -> bytes | None:
+def _try_decide(raw: bytes, calibration_ttl: float, settings: Settings,
+                factory: sessionmaker[Session] | None = None) -> bytes | None:
     """The answer for a small inline universe, or for a dataset whose universe and calibration
     are cached in this process; ``None`` to leave the request to the route (which decides a
-    large one off the event loop: see ``limits.check_decision``)."""
+    large one off the event loop: see ``limits.check_decision``). No session is opened here:
+    ``factory`` only lets calibration rows near their expiry be read again in the background."""
     if len(raw) > settings.decision_inline_bytes:
         return None
     try:
@@ -70,6 +74,7 @@ def _try_decide(raw: bytes, calibration_ttl: float, settings: Settings) -> bytes
             return None
         if limits.check_decision(body, settings) > settings.decision_inline_work:
             return None
-        return service.decision_json(None, body, calibration_ttl=calibration_ttl, cached_only=True, settings=settings)
+        return service.decision_json(factory, body, calibration_ttl=calibration_ttl, cached_only=True,
+                                     settings=settings)
     except Exception:  # the route runs it again and its handlers say what is wrong (or 500)
         return None

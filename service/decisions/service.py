@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,6 +37,8 @@ from service.engine.spec import NAMED_POLICIES, ORDERS
 from service.errors import Unprocessable
 from service.lru import LRU
 from service.replays import service as replays
+
+log = logging.getLogger(__name__)
 
 
 def unprocessable(exc: LiveError) -> Unprocessable:
@@ -244,19 +249,62 @@ class NeedsDatabase(Exception):
 
 _CALIBRATIONS: LRU[tuple, tuple[float, int, list[dict[str, Any]]]] = LRU(256)
 
+REFRESH_SHARE = 0.2
+"""An entry in this last share of its life is read again in the background while it is served."""
+_REFRESHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="calibration-refresh")
+_refreshing: set[tuple] = set()
+_refreshing_lock = threading.Lock()
+
+
+def _refresh_soon(key: tuple, factory: sessionmaker[Session], read: Callable[[Session], list[dict[str, Any]]],
+                  ttl: float) -> None:
+    """Read the rows of ``key`` again in a background thread (once at a time per key) and
+    replace its entry. Without it every entry expired under load: each process's requests on
+    the dataset then went to the route, its thread and the database until one read landed,
+    and the bursts of slow requests that made showed in the load benchmark twice per phase."""
+    with _refreshing_lock:
+        if key in _refreshing:
+            return
+        _refreshing.add(key)
+
+    def run() -> None:
+        try:
+            now, generation = time.monotonic(), replays.finished_generation()
+            with factory() as session:
+                rows = read(session)
+            _CALIBRATIONS.put(key, (now + ttl, generation, rows))
+        except Exception as exc:  # the entry expires as it would have; the next miss reads (or says why not)
+            log.warning("could not refresh calibration rows: %s", type(exc).__name__)
+        finally:
+            with _refreshing_lock:
+                _refreshing.discard(key)
+
+    _REFRESHER.submit(run)
+
 
 def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, choice: RuleChoice,
-                      spec: LiveSpec, group: str | None, ttl: float, cached_only: bool) -> list[dict[str, Any]]:
+                      spec: LiveSpec, group: str | None, ttl: float, cached_only: bool,
+                      factory: sessionmaker[Session] | None = None) -> list[dict[str, Any]]:
     """``repository.calibration_rows``, kept ``ttl`` seconds per process: a harness on a
     dataset asks after every task, and the answer changes only when a replay of the dataset
     finishes (one finished in this process drops the cache at once; elsewhere it shows
-    within ``ttl``)."""
+    within ``ttl``). With ``factory``, an entry in the last ``REFRESH_SHARE`` of its life is
+    served and read again in the background (``_refresh_soon``), so that a steady stream of
+    requests never meets an expired entry; no entry is served past ``ttl`` after its read."""
     key = (dataset_id, choice.policy_names, spec.floor, spec.delta, spec.a, group)
+
+    def read(session: Session) -> list[dict[str, Any]]:
+        return repository.calibration_rows(session, dataset_id, policies=list(choice.policy_names), floor=spec.floor,
+                                           delta=spec.delta, a=spec.a, group=group)
 
     def fresh() -> list[dict[str, Any]] | None:
         now, generation = time.monotonic(), replays.finished_generation()
         hit = _CALIBRATIONS.get(key)
-        return hit[2] if hit is not None and hit[0] > now and hit[1] == generation else None
+        if hit is None or hit[0] <= now or hit[1] != generation:
+            return None
+        if factory is not None and hit[0] - now < REFRESH_SHARE * ttl:
+            _refresh_soon(key, factory, read, ttl)
+        return hit[2]
 
     rows = fresh()
     if rows is not None:
@@ -264,15 +312,13 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
     if cached_only:
         raise NeedsDatabase
     if ttl <= 0:
-        return repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
-                                           floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
+        return read(session_of())
     with _CALIBRATIONS.loading(key):
         rows = fresh()  # read by another request while this one waited
         if rows is not None:
             return rows
         now, generation = time.monotonic(), replays.finished_generation()
-        rows = repository.calibration_rows(session_of(), dataset_id, policies=list(choice.policy_names),
-                                           floor=spec.floor, delta=spec.delta, a=spec.a, group=group)
+        rows = read(session_of())
         _CALIBRATIONS.put(key, (now + ttl, generation, rows))
     return rows
 
@@ -280,7 +326,8 @@ def _calibration_rows(session_of: Callable[[], Session], dataset_id: uuid.UUID, 
 def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calibration_ttl: float = 0.0,
            cached_only: bool = False, settings: Settings | None = None) -> dict[str, Any]:
     """One stateless decision. Opens a (read-only) database session only for a dataset whose
-    universe or calibration is not cached; ``cached_only`` raises ``NeedsDatabase`` instead.
+    universe or calibration is not cached; ``cached_only`` raises ``NeedsDatabase`` instead
+    (and ``factory`` then serves only the background refresh of calibration rows).
     With ``settings``, a dataset's universe is held to the same limits as an inline one."""
     try:
         check_systems(body.system_a, body.system_b)
@@ -317,7 +364,7 @@ def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calib
             cal = None
             if body.calibration:  # looked up before deciding: a cache miss costs no wasted decision
                 rows = _calibration_rows(session_of, body.dataset_id, choice, spec, body.group, calibration_ttl,
-                                         cached_only)
+                                         cached_only, factory)
                 cal = calibration_of(rows, choice, spec, body.group, observed.k / universe.n)
             out = live_decision(universe, observed, spec, forecast=body.forecast)
             out["calibration"] = cal

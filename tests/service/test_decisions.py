@@ -267,3 +267,47 @@ def test_dataset_decisions_reuse_calibration_for_its_ttl_and_take_the_fast_path(
         later = time.monotonic() + 61  # past the TTL, without sleeping (a loaded runner may be slow)
         monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: later))
         assert client.post("/v1/decisions", json=body).json()["calibration"] is None
+
+
+def test_calibration_rows_near_their_expiry_are_read_again_in_the_background(backend: dict, monkeypatch) -> None:  # noqa: ANN001
+    """In the last fifth of its TTL an entry is still served by the fast path, and read again
+    in the background: a steady stream of dataset decisions never meets an expired entry (each
+    such miss went to the route, a thread and the database while the others queued)."""
+    import time
+    from types import SimpleNamespace
+
+    from service.decisions import service
+    from service.main import create_app
+    from service.replays.models import MetricRow
+    from tests.service.conftest import make_settings
+
+    with TestClient(create_app(make_settings(**backend, calibration_cache_seconds=60.0))) as client:
+        content = synth_csv(seed=43)
+        ds = upload(client, content)
+        records = parse_records(content)
+        a, b = records.systems[0], records.systems[1]
+        outcomes = {s: {t: float(records.y[i, j]) for j, t in enumerate(records.tasks[:20])}
+                    for i, s in ((0, a), (1, b))}  # fmt: skip
+        body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b, "outcomes": outcomes}
+        spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 5, "groups": ["group"], "bootstrap": [20]}
+        rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()["id"]
+        assert wait_for(client, rid)["status"] == "succeeded"
+        start = time.monotonic()
+        monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: start))
+        assert client.post("/v1/decisions", json=body).json()["calibration"]["replay_id"] == rid  # read, kept 60 s
+        with client.app.state.sessionmaker.begin() as session:  # as if another process changed the rows
+            session.query(MetricRow).delete()
+        routed = []
+        real = service.decision_json
+
+        def spy(factory, body, **kw):  # noqa: ANN001, ANN003, ANN202
+            routed.append(kw.get("cached_only", False))
+            return real(factory, body, **kw)
+
+        monkeypatch.setattr(service, "decision_json", spy)
+        monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: start + 55))  # its last fifth
+        assert client.post("/v1/decisions", json=body).json()["calibration"] is not None  # served as it was
+        service._REFRESHER.submit(lambda: None).result(timeout=60)  # the refresh, queued before it, is done
+        monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: start + 61))  # past the first read's TTL
+        assert client.post("/v1/decisions", json=body).json()["calibration"] is None  # the rows read at 55 s
+        assert routed == [True, True]  # both answered by the fast path: no expired entry met
