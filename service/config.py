@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     )
     balance_connections: bool = Field(
         default=True, description="Workers of `serve --workers N` even out their keep-alive connections "
-        "(a worker two above the least loaded closes one after its response)."
+        "(a worker two above the least loaded closes one, a second old, after its response; one per 0.1 s)."
     )
     forwarded_allow_ips: str = Field(
         default="", description="Proxies whose X-Forwarded-For is trusted (comma-separated); empty = none."
