@@ -223,6 +223,38 @@ def test_the_fast_path_is_behind_authentication(tmp_path) -> None:  # noqa: ANN0
     assert r.status_code == 401 and r.headers["x-content-type-options"] == "nosniff"
 
 
+def replayed_dataset_decision(client: TestClient, seed: int) -> tuple[dict, str]:
+    """A dataset uploaded and replayed (one policy, grouped), and a decision body on it for
+    its first two systems: ``(body, replay id)``."""
+    content = synth_csv(seed=seed)
+    ds = upload(client, content)
+    records = parse_records(content)
+    a, b = records.systems[0], records.systems[1]
+    outcomes = {s: {t: float(records.y[i, j]) for j, t in enumerate(records.tasks[:20])}
+                for i, s in ((0, a), (1, b))}  # fmt: skip
+    body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b, "outcomes": outcomes}
+    spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 5, "groups": ["group"], "bootstrap": [20]}
+    rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()["id"]
+    assert wait_for(client, rid)["status"] == "succeeded"
+    return body, rid
+
+
+def spy_on_routes(monkeypatch) -> list[bool]:  # noqa: ANN001
+    """Records, per call of ``decision_json``, whether it came from the fast path (``True``:
+    cached look-ups only) or from the route."""
+    from service.decisions import service
+
+    routed: list[bool] = []
+    real = service.decision_json
+
+    def spy(factory, body, **kw):  # noqa: ANN001, ANN003, ANN202
+        routed.append(kw.get("cached_only", False))
+        return real(factory, body, **kw)
+
+    monkeypatch.setattr(service, "decision_json", spy)
+    return routed
+
+
 def test_dataset_decisions_reuse_calibration_for_its_ttl_and_take_the_fast_path(backend: dict, monkeypatch) -> None:  # noqa: ANN001
     """Calibration rows are kept ``calibration_cache_seconds`` per process (a replay finished in
     this process drops them at once, see above); a change made elsewhere shows after the TTL.
@@ -237,24 +269,8 @@ def test_dataset_decisions_reuse_calibration_for_its_ttl_and_take_the_fast_path(
 
     settings = make_settings(**backend, calibration_cache_seconds=60.0)
     with TestClient(create_app(settings)) as client:
-        content = synth_csv(seed=41)
-        ds = upload(client, content)
-        records = parse_records(content)
-        a, b = records.systems[0], records.systems[1]
-        outcomes = {s: {t: float(records.y[i, j]) for j, t in enumerate(records.tasks[:20])}
-                    for i, s in ((0, a), (1, b))}  # fmt: skip
-        body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b, "outcomes": outcomes}
-        spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 5, "groups": ["group"], "bootstrap": [20]}
-        rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()["id"]
-        assert wait_for(client, rid)["status"] == "succeeded"
-        routed = []
-        real = service.decision_json
-
-        def spy(factory, body, **kw):  # noqa: ANN001, ANN003, ANN202
-            routed.append(kw.get("cached_only", False))
-            return real(factory, body, **kw)
-
-        monkeypatch.setattr(service, "decision_json", spy)
+        body, rid = replayed_dataset_decision(client, seed=41)
+        routed = spy_on_routes(monkeypatch)
         first = client.post("/v1/decisions", json=body)
         second = client.post("/v1/decisions", json=body)
         monkeypatch.undo()
@@ -282,29 +298,13 @@ def test_calibration_rows_near_their_expiry_are_read_again_in_the_background(bac
     from tests.service.conftest import make_settings
 
     with TestClient(create_app(make_settings(**backend, calibration_cache_seconds=60.0))) as client:
-        content = synth_csv(seed=43)
-        ds = upload(client, content)
-        records = parse_records(content)
-        a, b = records.systems[0], records.systems[1]
-        outcomes = {s: {t: float(records.y[i, j]) for j, t in enumerate(records.tasks[:20])}
-                    for i, s in ((0, a), (1, b))}  # fmt: skip
-        body = {"dataset_id": ds["id"], "group": "group", "system_a": a, "system_b": b, "outcomes": outcomes}
-        spec = {"policies": ["coverage_bootstrap"], "deltas": [0], "orders": 5, "groups": ["group"], "bootstrap": [20]}
-        rid = client.post("/v1/replays", json={"dataset_id": ds["id"], **spec}).json()["id"]
-        assert wait_for(client, rid)["status"] == "succeeded"
+        body, rid = replayed_dataset_decision(client, seed=43)
         start = time.monotonic()
         monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: start))
         assert client.post("/v1/decisions", json=body).json()["calibration"]["replay_id"] == rid  # read, kept 60 s
         with client.app.state.sessionmaker.begin() as session:  # as if another process changed the rows
             session.query(MetricRow).delete()
-        routed = []
-        real = service.decision_json
-
-        def spy(factory, body, **kw):  # noqa: ANN001, ANN003, ANN202
-            routed.append(kw.get("cached_only", False))
-            return real(factory, body, **kw)
-
-        monkeypatch.setattr(service, "decision_json", spy)
+        routed = spy_on_routes(monkeypatch)
         monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: start + 55))  # its last fifth
         assert client.post("/v1/decisions", json=body).json()["calibration"] is not None  # served as it was
         service._REFRESHER.submit(lambda: None).result(timeout=60)  # the refresh, queued before it, is done
