@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import tempfile
@@ -137,8 +136,7 @@ def run_phase(pool: mp.pool.Pool, port: int, method: str, path: str, body: bytes
 
 def server_cpu_seconds(server_pid: int) -> float:
     """User + system CPU of the uvicorn worker processes (the supervisor's children)."""
-    ticks = sum(int(f[11]) + int(f[12]) for f in procs.children(server_pid).values())
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return procs.cpu_seconds(procs.children(server_pid))
 
 
 def main(argv: list[str] | None = None) -> int:

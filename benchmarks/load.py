@@ -150,7 +150,7 @@ def _stats(rows: list[Row], wall: float) -> dict:
 
 def _server_cpu(server_pid: int) -> float:
     """User + system CPU seconds of the API workers (the supervisor's children), from /proc."""
-    return sum(int(f[11]) + int(f[12]) for f in procs.children(server_pid).values()) / os.sysconf("SC_CLK_TCK")
+    return procs.cpu_seconds(procs.children(server_pid))
 
 
 def _start_profilers(server_pid: int, out: Path) -> list[subprocess.Popen]:
@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
                         help="SUFFICIENCY_EVENT_LOOP of the API workers (service/http_limits.py)")
     parser.add_argument("--latencies", metavar="FILE", help="write the mixed phase's requests as JSON lines: "
-                        "kind, start (s from the phase's first), latency (ms), ok")
+                        "kind, start (s from the phase's first), latency (ms), ok, closed (the response said "
+                        "Connection: close)")
     parser.add_argument("--profile", metavar="DIR", help="record the API workers with py-spy during the load "
                         "(py-spy on PATH or next to this Python); collapsed stacks per worker in DIR")
     args = parser.parse_args(argv)

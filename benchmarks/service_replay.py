@@ -54,18 +54,6 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of live processes so far (``/proc/PID/stat``), in seconds."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def worker_pids(root: int) -> list[int]:
     """A Celery worker and its pool children (the processes that run the chunks)."""
     out, todo = [root], [root]
@@ -99,12 +87,12 @@ def submit(http: httpx.Client, dataset_id: str, spec: dict, api_pids: list[int],
            tmp: Path) -> tuple[httpx.Response, dict, float, float, float]:
     """POST the replay and poll it until it ends: the POST's answer, the final state, the POST's
     seconds, the seconds to the end, and the API's CPU seconds during the POST."""
-    api_cpu0 = cpu_seconds(api_pids)
+    api_cpu0 = procs.cpu_seconds(api_pids)
     t0 = time.monotonic()
     r = http.post("/v1/replays", json={"dataset_id": dataset_id, **spec})
     r.raise_for_status()
     post_seconds = time.monotonic() - t0
-    post_cpu = round(cpu_seconds(api_pids) - api_cpu0, 2)
+    post_cpu = round(procs.cpu_seconds(api_pids) - api_cpu0, 2)
     rid = r.json()["id"]
     while (state := http.get(f"/v1/replays/{rid}").json())["status"] not in ("succeeded", "failed"):
         if time.monotonic() - t0 > timeout:
@@ -153,12 +141,12 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             r = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")})
             r.raise_for_status()
             api_pids = worker_pids(started[0].pid)
-            workers_cpu0, api_cpu0 = [cpu_seconds(worker_pids(w.pid)) for w in pool], cpu_seconds(api_pids)
+            workers_cpu0, api_cpu0 = [procs.cpu_seconds(worker_pids(w.pid)) for w in pool], procs.cpu_seconds(api_pids)
             dataset_id = r.json()["id"]
             r, state, post_seconds, elapsed, post_cpu = submit(http, dataset_id, spec, api_pids, timeout, tmp)
             rid = r.json()["id"]
-            cpu = [round(cpu_seconds(worker_pids(w.pid)) - c, 2) for w, c in zip(pool, workers_cpu0, strict=True)]
-            api_cpu = round(cpu_seconds(api_pids) - api_cpu0, 2)
+            cpu = [round(procs.cpu_seconds(worker_pids(w.pid)) - c, 2) for w, c in zip(pool, workers_cpu0, strict=True)]
+            api_cpu = round(procs.cpu_seconds(api_pids) - api_cpu0, 2)
             rss = [max(peak_rss_mb(p) for p in worker_pids(w.pid)) for w in pool]
             if state["status"] != "succeeded":
                 raise RuntimeError(f"replay failed: {state['error']}")
@@ -186,7 +174,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             one.raise_for_status()
             again = None
             if repeat:  # the same replay submitted again: history for the estimate, warm workers
-                cpu0 = [cpu_seconds(worker_pids(w.pid)) for w in pool]
+                cpu0 = [procs.cpu_seconds(worker_pids(w.pid)) for w in pool]
                 r2, state2, _, elapsed2, _ = submit(http, dataset_id, spec, api_pids, timeout, tmp)
                 if state2["status"] != "succeeded":
                     raise RuntimeError(f"second replay failed: {state2['error']}")
@@ -194,7 +182,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
                     "seconds": round(elapsed2, 1),
                     "ratio_to_cli": round(elapsed2 / cli_seconds, 3),
                     "estimated_seconds": r2.json().get("estimated_seconds"),
-                    "worker_cpu_seconds": [round(cpu_seconds(worker_pids(w.pid)) - c, 2)
+                    "worker_cpu_seconds": [round(procs.cpu_seconds(worker_pids(w.pid)) - c, 2)
                                            for w, c in zip(pool, cpu0, strict=True)],
                     "timeline_seconds": replay_timeline(url, r2.json()["id"]),
                 }

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -32,6 +33,19 @@ def children(pid: int) -> dict[int, list[str]]:
         except (OSError, IndexError, ValueError):
             pass
     return out
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU time the live processes ``pids`` have used so far, in seconds (the
+    ones gone meanwhile count nothing)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def env_for(**settings: object) -> dict[str, str]:
