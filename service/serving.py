@@ -25,6 +25,9 @@ from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
 
+from service import connection_share
+from service.connection_share import NOT_SERVING
+
 APP = "service.main:create_app"
 STARTUP_FAILURE = 3
 """Exit code of a worker that never started serving (as uvicorn's own): the supervisor gives up."""
@@ -64,8 +67,6 @@ def _worker(host: str, port: int, log_level: str, counts: Any = None, index: int
         print(f"sufficiency serve: worker cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
     if counts is not None:  # listening: the kernel hashes connections here from now on
-        from service import connection_share
-
         connection_share.install(counts, index)
     from service.config import Settings
     from service.http_limits import uvicorn_options
@@ -86,8 +87,6 @@ class Supervisor:
         # each worker's connection count, in shared memory (service.connection_share)
         self._counts = None
         if balance and workers > 1:
-            from service.connection_share import NOT_SERVING
-
             self._counts = self._ctx.Array("i", [NOT_SERVING] * workers, lock=False)
 
     def _start(self, index: int) -> mp.process.BaseProcess:
@@ -135,8 +134,6 @@ class Supervisor:
                     print(f"sufficiency serve: worker {proc.pid} exited (exit code {proc.exitcode}); "
                           "starting another", file=sys.stderr, flush=True)
                     if self._counts is not None:  # its connections are gone, and no socket listens
-                        from service.connection_share import NOT_SERVING
-
                         self._counts[i] = NOT_SERVING
                     procs[i] = self._start(i)
         finally:
