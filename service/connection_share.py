@@ -2,9 +2,9 @@
 
 Each worker listens on its own ``SO_REUSEPORT`` socket (``service.serving``), and the kernel
 picks the worker of a new connection by a hash of its address pair. A harness keeps its
-connection for the whole run, so an uneven draw lasts: of 32 connections, 20 / 12 and
-19 / 13 splits were measured, and the worker with more queues each request behind more
-others (its p99 sets the deployment's).
+connection for the whole run, so an uneven draw lasts: of 32 connections, a 20 / 12 split
+was measured (``ss -tnp`` during the load benchmark), and the worker with more queues each
+request behind more others.
 
 So the workers share one counter each (an array in shared memory, written by its owner,
 read by all): the connections it holds and will keep. When a request arrives on a worker
