@@ -25,8 +25,8 @@ took about 10 ms, so 16 connections opened at once were accepted over 160 ms, th
 requests waiting all that time. asyncio's loop accepts every pending connection at once. In
 ``benchmarks/load.py`` (three pairs of runs) the decision p99 was 19.6-22.3 ms with asyncio's
 loop against 25.6-27.4 ms with uvloop, and the maximum 44-55 ms against 95-158 ms, for
-10-16 % more API CPU per healthz and 2-7 % more per request of the mixed phase. ``SUFFICIENCY_EVENT_LOOP=uvloop`` chooses
-uvloop.
+10-16 % more API CPU per healthz and 2-7 % more per request of the mixed phase.
+``SUFFICIENCY_EVENT_LOOP=uvloop`` chooses uvloop.
 """
 
 from __future__ import annotations

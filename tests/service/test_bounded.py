@@ -120,7 +120,7 @@ def test_a_wide_header_is_refused_and_stores_nothing(tmp_path) -> None:  # noqa:
 def test_the_duplicate_column_check_compares_each_column_a_bounded_number_of_times() -> None:
     """It was a count per column (40,000 x 40,000 comparisons, 16 s); now one pass. Counted
     by the comparisons themselves, with column names that tally their ``==``."""
-    from service.engine.records import RecordsError, _check_header
+    from service.engine.record_text import RecordsError, check_header
 
     calls = [0]
 
@@ -134,7 +134,7 @@ def test_the_duplicate_column_check_compares_each_column_a_bounded_number_of_tim
     n = 40_000
     cols = [Column(c) for c in ("system", "task_id", "outcome", *(f"c{i}" for i in range(n - 1)), "c0")]
     with pytest.raises(RecordsError) as info:
-        _check_header(cols)
+        check_header(cols)
     assert [e.field for e in info.value.errors] == ["c0"]
     assert calls[0] <= 5 * len(cols), calls[0]  # a count per column would be ~len(cols) ** 2 = 1.6e9
 
