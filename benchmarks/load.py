@@ -35,9 +35,6 @@ import multiprocessing as mp
 import os
 import random
 import secrets
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -151,26 +148,6 @@ def _stats(rows: list[Row], wall: float) -> dict:
 def _server_cpu(server_pid: int) -> float:
     """User + system CPU seconds of the API workers (the supervisor's children), from /proc."""
     return procs.cpu_seconds(procs.children(server_pid))
-
-
-def _start_profilers(server_pid: int, out: Path) -> list[subprocess.Popen]:
-    """``py-spy record`` on each API worker until stopped (SIGINT makes it write the file)."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    out.mkdir(parents=True, exist_ok=True)
-    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking", "--format", "raw",
-                              "--output", str(out / f"worker-{pid}.txt")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for pid in procs.children(server_pid)]
-
-
-def _stop_profilers(spies: list[subprocess.Popen]) -> None:
-    for spy in spies:
-        spy.send_signal(signal.SIGINT)
-    for spy in spies:
-        try:
-            spy.wait(30)
-        except subprocess.TimeoutExpired:
-            spy.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                 return [r for part in results for r in part], wall
 
             health_before = phase(probes)
-            spies = _start_profilers(server.pid, Path(args.profile)) if args.profile else []
+            spies = procs.start_profilers(procs.children(server.pid), Path(args.profile)) if args.profile else []
             done, wall = phase(shares)
-            _stop_profilers(spies)
+            procs.stop_profilers(spies)
             health_after = phase(probes)
     finally:
         for proc in (server, worker):

@@ -6,17 +6,21 @@
 ``RECORDS`` defaults to ``../shared/data/swebench_lite/records.csv`` with two policies x two
 thresholds grouped by ``group``; ``--board SxTxG`` generates a synthetic board of S systems,
 T tasks and G groups (``sufficiency synth``) instead. First the CLI replays it in one process
-(``sufficiency replay --format json``, per-pair rows included, as a user runs it); then, for
+(``sufficiency replay --format json``, per-pair rows included, as a user runs it: its chunks on
+as many threads as the host gives it, up to four), then again on one thread
+(``OPENBLAS_NUM_THREADS=1``, as the CLI ran when issue 13 set its goal), which must write the
+same report; then, for
 each worker count, ``sufficiency serve`` and that many ``sufficiency worker --concurrency 1``
 processes start against a private Postgres database and Redis queue (created and removed
 here), the records are uploaded and the replay submitted. Reported per run: wall time from
-submission to a stored report and its ratio to the CLI's time in this run (the host is
+submission to a stored report and its ratios to the CLI's two times in this run (the host is
 shared: only the ratio means much), the CPU seconds of the CLI, of each worker and of the API
 process during the replay (the POST's share apart), the peak resident memory of the CLI and of each worker
 process, the report's size per configuration, whether it equals the CLI's report without its
 per-pair rows, and whether the per-pair pages (``/pairs``, fetched whole by pages of 1,000) equal
 the CLI's rows; plus the time of one page filtered by a system, and when each step of the
-replay happened. ``--again`` then submits the same replay once more, as a leaderboard backend
+replay happened. ``--profile DIR`` records the API and worker processes with py-spy during
+the replay, as collapsed stacks. ``--again`` then submits the same replay once more, as a leaderboard backend
 does on a deployment that has replayed before: its estimate comes from history (no sample)
 and the workers have their imports, tails and allocations already. Every wait is bounded.
 """
@@ -101,9 +105,27 @@ def submit(http: httpx.Client, dataset_id: str, spec: dict, api_pids: list[int],
     return r, state, post_seconds, time.monotonic() - t0, post_cpu
 
 
-def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: float, tmp: Path, timeout: float,
-             repeat: bool = False) -> dict:
-    """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks."""
+def run_cli(records: Path, cli_args: list[str], out: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """``sufficiency replay`` of ``records`` to ``out`` as JSON: its seconds, CPU seconds and the
+    peak resident memory of this process's largest child so far (MB)."""
+    t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-m", "service.cli", "replay", str(records), *cli_args, "--format", "json", "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+    seconds = time.monotonic() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, c1.ru_maxrss / 1024
+
+
+def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tuple[float, float], tmp: Path,
+             timeout: float, repeat: bool = False, profile: Path | None = None) -> dict:
+    """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks.
+    ``cli_times``: the CLI's seconds as a user runs it and on one thread."""
+    cli_seconds, one_seconds = cli_times
     from service.engine.report import report_json
 
     admin = create_engine(PG, isolation_level="AUTOCOMMIT")
@@ -143,7 +165,12 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             api_pids = worker_pids(started[0].pid)
             workers_cpu0, api_cpu0 = [procs.cpu_seconds(worker_pids(w.pid)) for w in pool], procs.cpu_seconds(api_pids)
             dataset_id = r.json()["id"]
-            r, state, post_seconds, elapsed, post_cpu = submit(http, dataset_id, spec, api_pids, timeout, tmp)
+            spies = procs.start_profilers(api_pids + [p for w in pool for p in worker_pids(w.pid)], profile) \
+                if profile else []
+            try:
+                r, state, post_seconds, elapsed, post_cpu = submit(http, dataset_id, spec, api_pids, timeout, tmp)
+            finally:
+                procs.stop_profilers(spies)
             rid = r.json()["id"]
             cpu = [round(procs.cpu_seconds(worker_pids(w.pid)) - c, 2) for w, c in zip(pool, workers_cpu0, strict=True)]
             api_cpu = round(procs.cpu_seconds(api_pids) - api_cpu0, 2)
@@ -192,6 +219,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             "post_seconds": round(post_seconds, 2),
             "estimated_seconds": r.json().get("estimated_seconds"),
             "ratio_to_cli": round(elapsed / cli_seconds, 3),
+            "ratio_to_cli_one_thread": round(elapsed / one_seconds, 3),
             "worker_cpu_seconds": cpu,
             "api_cpu_seconds": api_cpu,
             "api_cpu_seconds_post": post_cpu,
@@ -207,7 +235,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_seconds: fl
             "again": again,
         }
         print(
-            f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI (the POST answered in "
+            f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI, {out['ratio_to_cli_one_thread']}x "
+            f"the CLI on one thread (the POST answered in "
             f"{post_seconds:.2f} s, estimate {out['estimated_seconds']} s); {state['n_pairs']} pairs in "
             f"{state['n_chunks']} chunks; CPU s: workers {cpu}, API {api_cpu} ({post_cpu} in the POST); "
             f"worker peak RSS {out['worker_peak_rss_mb']} MB; report "
@@ -240,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta", action="append", type=float, help="default: 0 and 5")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts to run")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per service replay")
+    parser.add_argument("--profile", metavar="DIR", type=Path,
+                        help="record the API and worker processes with py-spy during the first replay (py-spy on "
+                        "PATH or next to this Python); collapsed stacks per process in DIR")
     parser.add_argument("--again", action="store_true",
                         help="then submit the same replay once more (an estimate from history, workers warm)")
     args = parser.parse_args(argv)
@@ -278,43 +310,31 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             )
         out = tmp / "cli.json"
-        t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "service.cli",
-                "replay",
-                str(records),
-                *cli_args,
-                "--format",
-                "json",
-                "--out",
-                str(out),
-            ],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-        )
-        cli_seconds = time.monotonic() - t0
-        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cli_cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
-        cli_rss = c1.ru_maxrss / 1024
+        cli_seconds, cli_cpu, cli_rss = run_cli(records, cli_args, out, {})
         cli = json.loads(out.read_bytes())
         cli_bytes = out.stat().st_size
         print(
-            f"CLI (1 process): {cli_seconds:.1f} s, {cli_cpu:.1f} s CPU, peak RSS {cli_rss:.0f} MB, report "
-            f"{cli_bytes / 1e6:.1f} MB ({len(cli['configurations'])} configuration(s))",
+            f"CLI (1 process, as a user runs it): {cli_seconds:.1f} s, {cli_cpu:.1f} s CPU, peak RSS {cli_rss:.0f} MB, "
+            f"report {cli_bytes / 1e6:.1f} MB ({len(cli['configurations'])} configuration(s))",
             flush=True,
         )
-        runs = [run_once(records, spec, int(w), cli, cli_seconds, tmp, args.timeout, args.again)
-                for w in args.workers.split(",")]
+        # the issue's baseline was the CLI when it ran one thread; it now runs its chunks on up
+        # to four (engine/replay.py, _lone_threads), and OPENBLAS_NUM_THREADS=1 caps them at one
+        one_seconds, one_cpu, _ = run_cli(records, cli_args, tmp / "cli1.json", {"OPENBLAS_NUM_THREADS": "1"})
+        print(f"CLI on one thread (OPENBLAS_NUM_THREADS=1): {one_seconds:.1f} s, {one_cpu:.1f} s CPU, the same report",
+              flush=True)
+        if (tmp / "cli1.json").read_bytes() != out.read_bytes():
+            raise RuntimeError("the CLI's report on one thread differs from its report on several")
+        runs = [run_once(records, spec, int(w), cli, (cli_seconds, one_seconds), tmp, args.timeout, args.again,
+                         args.profile) for w in args.workers.split(",")]
     print(
         json.dumps(
             {
                 "cli_seconds": round(cli_seconds, 1),
                 "cli_cpu_seconds": round(cli_cpu, 2),
                 "cli_peak_rss_mb": round(cli_rss),
+                "cli_one_thread_seconds": round(one_seconds, 1),
+                "cli_one_thread_cpu_seconds": round(one_cpu, 2),
                 "cli_report_bytes": cli_bytes,
                 "runs": runs,
             }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,6 +47,27 @@ def cpu_seconds(pids: Iterable[int]) -> float:
             continue
         ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start_profilers(pids: Iterable[int], out: Path) -> list[subprocess.Popen]:
+    """``py-spy record`` on each process until ``stop_profilers`` (SIGINT makes it write the
+    file): collapsed stacks in ``out/worker-PID.txt``, for the benchmarks' ``--profile``."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking", "--format", "raw",
+                              "--output", str(out / f"worker-{pid}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for pid in pids]
+
+
+def stop_profilers(spies: list[subprocess.Popen]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
 
 
 def env_for(**settings: object) -> dict[str, str]:
