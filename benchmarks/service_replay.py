@@ -7,9 +7,9 @@
 thresholds grouped by ``group``; ``--board SxTxG`` generates a synthetic board of S systems,
 T tasks and G groups (``sufficiency synth``) instead. First the CLI replays it in one process
 (``sufficiency replay --format json``, per-pair rows included, as a user runs it: its chunks on
-as many threads as the host gives it, up to four), then again on one thread
-(``OPENBLAS_NUM_THREADS=1``, as the CLI ran when issue 13 set its goal), which must write the
-same report; then, for
+as many threads as the host gives it, up to four), then again with ``--threads 1`` (its chunks
+on one thread, as the CLI ran when issue 13 set its goal), which must write the same report;
+then, for
 each worker count, ``sufficiency serve`` and that many ``sufficiency worker --concurrency 1``
 processes start against a private Postgres database and Redis queue (created and removed
 here), the records are uploaded and the replay submitted. Reported per run: wall time from
@@ -124,7 +124,7 @@ def run_cli(records: Path, cli_args: list[str], out: Path, env: dict[str, str]) 
 def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tuple[float, float], tmp: Path,
              timeout: float, repeat: bool = False, profile: Path | None = None) -> dict:
     """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks.
-    ``cli_times``: the CLI's seconds as a user runs it and on one thread."""
+    ``cli_times``: the CLI's seconds as a user runs it and with ``--threads 1``."""
     cli_seconds, one_seconds = cli_times
     from service.engine.report import report_json
 
@@ -236,7 +236,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
         }
         print(
             f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI, {out['ratio_to_cli_one_thread']}x "
-            f"the CLI on one thread (the POST answered in "
+            f"the CLI with --threads 1 (the POST answered in "
             f"{post_seconds:.2f} s, estimate {out['estimated_seconds']} s); {state['n_pairs']} pairs in "
             f"{state['n_chunks']} chunks; CPU s: workers {cpu}, API {api_cpu} ({post_cpu} in the POST); "
             f"worker peak RSS {out['worker_peak_rss_mb']} MB; report "
@@ -318,13 +318,12 @@ def main(argv: list[str] | None = None) -> int:
             f"report {cli_bytes / 1e6:.1f} MB ({len(cli['configurations'])} configuration(s))",
             flush=True,
         )
-        # the issue's baseline was the CLI when it ran one thread; it now runs its chunks on up
-        # to four (engine/replay.py, _lone_threads), and OPENBLAS_NUM_THREADS=1 caps them at one
-        one_seconds, one_cpu, _ = run_cli(records, cli_args, tmp / "cli1.json", {"OPENBLAS_NUM_THREADS": "1"})
-        print(f"CLI on one thread (OPENBLAS_NUM_THREADS=1): {one_seconds:.1f} s, {one_cpu:.1f} s CPU, the same report",
-              flush=True)
+        # the CLI as it was when issue 13 set its goal: its chunks on one thread (OpenBLAS free to
+        # spread the products over the cores); it now runs them on up to four (``--threads``)
+        one_seconds, one_cpu, _ = run_cli(records, [*cli_args, "--threads", "1"], tmp / "cli1.json", {})
         if (tmp / "cli1.json").read_bytes() != out.read_bytes():
-            raise RuntimeError("the CLI's report on one thread differs from its report on several")
+            raise RuntimeError("the CLI's report with --threads 1 differs from its report on several threads")
+        print(f"CLI with --threads 1: {one_seconds:.1f} s, {one_cpu:.1f} s CPU, the same report", flush=True)
         runs = [run_once(records, spec, int(w), cli, (cli_seconds, one_seconds), tmp, args.timeout, args.again,
                          args.profile) for w in args.workers.split(",")]
     print(

@@ -14,7 +14,7 @@ from service.engine.classes import parse_edges
 from service.engine.errors import FieldError
 from service.engine.malloc import keep_freed_memory
 from service.engine.records import RecordsError, load_records
-from service.engine.replay import plan_replay, run_replay, total_cases
+from service.engine.replay import MAX_THREADS, plan_replay, run_replay, total_cases
 from service.engine.report import report_csv, report_json, summary_table
 from service.engine.spec import NAMED_POLICIES, SpecError, make_spec, parse_budgets
 
@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="repeat over S seeds and report 2.5-97.5%% intervals")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (the report does not depend on it)")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"threads of a one-process replay (--jobs 1), 1 to {MAX_THREADS}; default: the cores this "
+                   f"process may use, up to {MAX_THREADS} (the report does not depend on it)")
     p.add_argument("--per-pair", action=argparse.BooleanOptionalAction, default=True,
                    help="include each configuration's per-pair rows in the JSON report (default yes; the "
                    "service serves them by page instead: its report is --no-per-pair)")
@@ -171,8 +174,11 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         print("error: --jobs must be at least 1", file=sys.stderr)
         return 2
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        print(f"error: --threads must be from 1 to {MAX_THREADS}", file=sys.stderr)
+        return 2
     bar = ProgressBar(total_cases(plan))
-    report = run_replay(records, spec, jobs=args.jobs, progress=bar, per_pair=args.per_pair)
+    report = run_replay(records, spec, jobs=args.jobs, progress=bar, per_pair=args.per_pair, threads=args.threads)
     bar.close()
     if args.format == "json":
         data = report_json(report)

@@ -116,14 +116,16 @@ def total_cases(plan: Plan) -> int:
 
 
 def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Progress | None = None,
-               chunks: int | None = None, per_pair: bool = True) -> dict:
-    """Plan, replay every chunk (in ``jobs`` processes; with one, on the process's cores in
-    threads, ``_lone_threads``) and build the report.
+               chunks: int | None = None, per_pair: bool = True, threads: int | None = None) -> dict:
+    """Plan, replay every chunk (in ``jobs`` processes; with one, on ``threads`` threads, by
+    default the process's cores up to ``MAX_THREADS``: ``_lone_threads``) and build the report.
 
-    The report does not depend on ``jobs`` or ``chunks``.
+    The report does not depend on ``jobs``, ``threads`` or ``chunks``.
     """
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"threads must be from 1 to {MAX_THREADS}, got {threads}")
     plan = plan_replay(records, spec)
-    threads = _lone_threads() if jobs <= 1 else 1
+    threads = 1 if jobs > 1 else threads or _lone_threads()
     if chunks is None:
         if jobs > 1:
             chunks = jobs * 4

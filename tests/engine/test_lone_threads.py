@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from service import examples
 from service.engine import lattice_decisions as LD
 from service.engine import replay as RP
@@ -198,3 +200,32 @@ def test_kernel_loaded_means_imported():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "True", "1"]
+
+
+def test_threads_chosen_by_the_caller_give_the_same_report_and_are_bounded(monkeypatch):
+    records, spec = _fractional(), _spec()
+    pools = []
+    threaded = RP._in_threads
+    monkeypatch.setattr(RP, "_in_threads", lambda plan, bounds, threads, progress: (
+        pools.append(threads), threaded(plan, bounds, threads, progress))[1])
+    monkeypatch.setattr(RP, "_lone_threads", lambda: 2)  # what the caller's choice overrides
+    one = run_replay(records, spec, threads=1)
+    assert pools == []  # one thread: the chunks run in the caller's
+    assert run_replay(records, spec, threads=RP.MAX_THREADS) == one
+    assert pools == [RP.MAX_THREADS]
+    for bad in (0, RP.MAX_THREADS + 1):
+        with pytest.raises(ValueError, match="threads must be from 1"):
+            run_replay(records, spec, threads=bad)
+
+
+def test_cli_threads_flag(tmp_path):
+    csv = tmp_path / "r.csv"
+    csv.write_text("system,task_id,outcome\n" + "".join(f"{s},t{i},{(i * (s == 'a') + i // 2) % 2}\n"
+                                                        for s in "ab" for i in range(20)))
+    cli = [sys.executable, "-m", "service.cli", "replay", str(csv), "--policy", "coverage_bootstrap", "--orders", "20",
+           "--format", "json"]
+    outs = [subprocess.run([*cli, "--threads", n], cwd=ROOT, capture_output=True, timeout=120) for n in ("1", "2")]
+    assert [o.returncode for o in outs] == [0, 0], outs[0].stderr
+    assert outs[0].stdout == outs[1].stdout
+    bad = subprocess.run([*cli, "--threads", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--threads must be from 1 to" in bad.stderr
