@@ -177,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         print(f"error: --threads must be from 1 to {MAX_THREADS}", file=sys.stderr)
         return 2
+    if args.threads is not None and args.jobs > 1:
+        print("error: --threads is for a one-process replay; with --jobs N each process runs one thread",
+              file=sys.stderr)
+        return 2
     bar = ProgressBar(total_cases(plan))
     report = run_replay(records, spec, jobs=args.jobs, progress=bar, per_pair=args.per_pair, threads=args.threads)
     bar.close()

@@ -124,6 +124,8 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
     """
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise ValueError(f"threads must be from 1 to {MAX_THREADS}, got {threads}")
+    if threads is not None and jobs > 1:
+        raise ValueError("threads is for a one-process replay (jobs=1); each of jobs processes runs one thread")
     plan = plan_replay(records, spec)
     threads = 1 if jobs > 1 else threads or _lone_threads()
     if chunks is None:

@@ -216,6 +216,8 @@ def test_threads_chosen_by_the_caller_give_the_same_report_and_are_bounded(monke
     for bad in (0, RP.MAX_THREADS + 1):
         with pytest.raises(ValueError, match="threads must be from 1"):
             run_replay(records, spec, threads=bad)
+    with pytest.raises(ValueError, match="one-process replay"):
+        run_replay(records, spec, jobs=2, threads=2)
 
 
 def test_cli_threads_flag(tmp_path):
@@ -229,3 +231,6 @@ def test_cli_threads_flag(tmp_path):
     assert outs[0].stdout == outs[1].stdout
     bad = subprocess.run([*cli, "--threads", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--threads must be from 1 to" in bad.stderr
+    both = subprocess.run([*cli, "--threads", "2", "--jobs", "2"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert both.returncode == 2 and "--threads is for a one-process replay" in both.stderr
