@@ -13,9 +13,9 @@ inline 500-task universe, one in ten against the stored dataset, which reads Pos
 the report fetches, shuffled together, over ``--concurrency`` keep-alive connections split
 over ``--clients`` processes, every request with the key. Before and after that mixed phase
 it sends as many ``GET /healthz`` over as many connections (each phase opens its own) and
-prints the ratio of the
-decision throughput to the mean healthz throughput: on a shared host absolute numbers move by
-tens of percent from minute to minute, a ratio within one run much less. It also prints the
+prints the ratio of the decision throughput to the mean healthz throughput: on a shared host
+absolute numbers move by tens of percent from minute to minute, a ratio within one run much
+less. It also prints the
 CPU time the API workers spent per request in each phase (from /proc). Every response must be
 a 200 with the expected body length: any other outcome is an error, and the exit status is 1
 if there was one. Prints throughput and latency percentiles per kind (the decisions also

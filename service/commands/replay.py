@@ -14,7 +14,7 @@ from service.engine.classes import parse_edges
 from service.engine.errors import FieldError
 from service.engine.malloc import keep_freed_memory
 from service.engine.records import RecordsError, load_records
-from service.engine.replay import MAX_THREADS, plan_replay, run_replay, total_cases
+from service.engine.replay import MAX_THREADS, plan_replay, run_replay, threads_error, total_cases
 from service.engine.report import report_csv, report_json, summary_table
 from service.engine.spec import NAMED_POLICIES, SpecError, make_spec, parse_budgets
 
@@ -153,6 +153,12 @@ class ProgressBar:
 
 def run(args: argparse.Namespace) -> int:
     keep_freed_memory()  # this process exists to replay (see service/engine/malloc.py)
+    if args.jobs < 1:
+        print("error: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    if why := threads_error(args.threads, args.jobs):
+        print(f"error: --{why}", file=sys.stderr)  # the message names the parameter: here, the flag
+        return 2
     try:
         records = load_records(args.records)
     except FileNotFoundError:
@@ -170,16 +176,6 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_replay(records, spec)
     except FieldError as exc:  # SpecError, or an edge list that could not be read
         print(f"error: {flag_of(exc.field)}: {exc.message}", file=sys.stderr)
-        return 2
-    if args.jobs < 1:
-        print("error: --jobs must be at least 1", file=sys.stderr)
-        return 2
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        print(f"error: --threads must be from 1 to {MAX_THREADS}", file=sys.stderr)
-        return 2
-    if args.threads is not None and args.jobs > 1:
-        print("error: --threads is for a one-process replay; with --jobs N each process runs one thread",
-              file=sys.stderr)
         return 2
     bar = ProgressBar(total_cases(plan))
     report = run_replay(records, spec, jobs=args.jobs, progress=bar, per_pair=args.per_pair, threads=args.threads)

@@ -115,6 +115,18 @@ def total_cases(plan: Plan) -> int:
     return plan.n_pairs * len(plan.configs) * plan.spec.seeds * plan.spec.orders * len(plan.spec.budgets)
 
 
+def threads_error(threads: int | None, jobs: int) -> str | None:
+    """Why ``threads`` cannot be asked for with ``jobs`` (``run_replay``'s and the CLI's check),
+    or None when it can."""
+    if threads is None:
+        return None
+    if not 1 <= threads <= MAX_THREADS:
+        return f"threads must be from 1 to {MAX_THREADS}, got {threads}"
+    if jobs > 1:
+        return "threads is for a one-process replay; with jobs above 1 each process runs one thread"
+    return None
+
+
 def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Progress | None = None,
                chunks: int | None = None, per_pair: bool = True, threads: int | None = None) -> dict:
     """Plan, replay every chunk (in ``jobs`` processes; with one, on ``threads`` threads, by
@@ -122,10 +134,8 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
 
     The report does not depend on ``jobs``, ``threads`` or ``chunks``.
     """
-    if threads is not None and not 1 <= threads <= MAX_THREADS:
-        raise ValueError(f"threads must be from 1 to {MAX_THREADS}, got {threads}")
-    if threads is not None and jobs > 1:
-        raise ValueError("threads is for a one-process replay (jobs=1); each of jobs processes runs one thread")
+    if why := threads_error(threads, jobs):
+        raise ValueError(why)
     plan = plan_replay(records, spec)
     threads = 1 if jobs > 1 else threads or _lone_threads()
     if chunks is None:
@@ -154,5 +164,5 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
     return build_report(plan, results, per_pair=per_pair)
 
 
-__all__ = ["Plan", "ChunkResult", "plan_replay", "run_chunk", "build_report", "run_replay",
+__all__ = ["Plan", "ChunkResult", "plan_replay", "run_chunk", "build_report", "run_replay", "threads_error",
            "total_cases", "sufficiency_table"]
