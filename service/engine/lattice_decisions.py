@@ -57,7 +57,19 @@ class Histograms:
             src, flip = np.arange(n_pairs), np.zeros(n_pairs, dtype=bool)
         law_pairs = np.flatnonzero(src == np.arange(n_pairs))
         per_pair = ssum.size // max(n_pairs, 1)  # cases per pair (orders x budgets)
-        self.values, self.counts, self.words = count_values(values[law_pairs], summer, len(law_pairs) * per_pair)
+        n_laws = len(law_pairs) * per_pair
+        if compiled:  # unpacked with each row's range in one compiled pass
+            from service.engine.lattice_kernel import case_ranges, law_ranges, unpack_counts
+
+            self.values, self.words, bits = pack_counts(values[law_pairs], summer, n_laws)
+            if bits:  # one type of counts for the kernels (uint16): one compilation
+                self.counts, lo_i, hi_i = unpack_counts(self.words, bits, len(self.values))
+            else:
+                self.counts = self.words.view(np.float32)
+                lo_i, hi_i = np.empty(n_laws, dtype=np.int64), np.empty(n_laws, dtype=np.int64)
+                law_ranges(self.counts, lo_i, hi_i)
+        else:
+            self.values, self.counts, self.words = count_values(values[law_pairs], summer, n_laws)
         self.values = np.asarray(self.values, dtype=np.int64)
         slot = np.full(n_pairs, -1)
         slot[law_pairs] = np.arange(len(law_pairs))
@@ -74,14 +86,7 @@ class Histograms:
         self.s = ssum.reshape(-1).astype(np.float64, copy=False)
         self.q = qsum.reshape(-1).astype(np.float64, copy=False)
         vals = self.values.astype(np.float64)
-        if compiled:  # the same ranges in two compiled passes (numpy's took a sixth of a block's time)
-            from service.engine.lattice_kernel import case_ranges, law_ranges
-
-            if self.counts.dtype == np.uint8:  # one type of counts for the kernels: one compilation
-                self.counts = self.counts.astype(np.uint16)
-
-            lo_i, hi_i = np.empty(len(self.counts), dtype=np.int64), np.empty(len(self.counts), dtype=np.int64)
-            law_ranges(self.counts, lo_i, hi_i)
+        if compiled:  # the ranges by the kernels too (numpy's took a sixth of a block's time)
             self.vlo, self.vhi = np.empty(len(self.law)), np.empty(len(self.law))
             case_ranges(lo_i, hi_i, vals, self.law, self.flip, self.k, self.vlo, self.vhi)
             return
@@ -113,22 +118,38 @@ def _families(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def count_values(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(vals, counts [cases, V], words [cases, W])``: how often each distinct value of
-    ``values [P, N]`` occurs among each case's observed tasks.
+    ``values [P, N]`` occurs among each case's observed tasks (``pack_counts``, unpacked)."""
+    vals, words, bits = pack_counts(values, summer, n_cases)
+    if not bits:
+        return vals, words.view(np.float32), words
+    dtype = np.uint8 if bits == 8 else np.uint16
+    per = 48 // bits  # fields per word
+    fields = words.view(dtype).reshape(n_cases, words.shape[1], 64 // bits)
+    counts = np.empty((n_cases, len(vals)), dtype=dtype)
+    for w in range(words.shape[1]):
+        cols = min(per, len(vals) - w * per)
+        counts[:, w * per : w * per + cols] = fields[:, w, :cols]
+    return vals, counts, words
 
-    Counts are packed several to a float64 (fields of 8 bits below 256 tasks, else 16; the
-    field of a value holds ``2**(bits·slot)`` per task), so one sum over the observed tasks
+
+def pack_counts(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(vals, words [cases, W], bits)``: the counts of each distinct value of ``values [P, N]``
+    among each case's observed tasks, packed.
+
+    Counts are packed several to a float64 (fields of ``bits`` = 8 below 256 tasks, else 16;
+    the field of a value holds ``2**(bits·slot)`` per task), so one sum over the observed tasks
     gives ``W = ceil(V / fields)`` words instead of ``V`` sums: each word stays below
     ``2**48`` however many tasks are summed, so it is exact, and its bytes are the counts.
-    The words code the row exactly, for merging equal rows."""
+    The words code the row exactly, for merging equal rows. From ``2**16`` tasks, ``bits`` is
+    0: one float32 sum per value (exact below ``2**24`` tasks), the words their int32 view."""
     vals = np.unique(values)
     n_tasks = values.shape[1]
-    if n_tasks >= 1 << 16:  # one float32 sum per value (exact below 2**24 tasks)
+    if n_tasks >= 1 << 16:
         counts = np.empty((n_cases, len(vals)), dtype=np.float32)
         for i, v in enumerate(vals):
             counts[:, i] = summer((values == v).astype(np.float32)).ravel()
-        return vals, counts, counts.view(np.int32)
+        return vals, counts.view(np.int32), 0
     bits = 8 if n_tasks < 1 << 8 else 16
-    dtype = np.uint8 if bits == 8 else np.uint16
     per = 48 // bits  # fields per word
     slot = np.searchsorted(vals, values)  # [P, N]: each task's value, as a column
     n_words = -(-len(vals) // per)
@@ -137,12 +158,7 @@ def count_values(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, 
         field = slot - w * per
         x = np.where((field >= 0) & (field < per), np.exp2(bits * np.clip(field, 0, per - 1)), 0.0)
         words[:, w] = summer(x).ravel()  # float64 sums of powers of two below 2**48: exact
-    fields = words.view(dtype).reshape(n_cases, n_words, 64 // bits)
-    counts = np.empty((n_cases, len(vals)), dtype=dtype)
-    for w in range(n_words):
-        cols = min(per, len(vals) - w * per)
-        counts[:, w * per : w * per + cols] = fields[:, w, :cols]
-    return vals, counts, words
+    return vals, words, bits
 
 
 def _present_range(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -327,6 +327,8 @@ def test_compiled_histograms_have_numpy_ranges(n_tasks):
     compiled_h = LD.Histograms(vals, summer0, *sums, ks, compiled=True)
     np.testing.assert_array_equal(numpy_h.vlo, compiled_h.vlo)
     np.testing.assert_array_equal(numpy_h.vhi, compiled_h.vhi)
+    np.testing.assert_array_equal(numpy_h.counts, compiled_h.counts)  # unpacked by the kernel
+    assert compiled_h.counts.dtype == np.uint16
     assert compiled_h.flip.any() and (compiled_h.k == 0).any()
 
 

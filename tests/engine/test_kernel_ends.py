@@ -1,0 +1,52 @@
+"""The compiled first stages' shortcuts (``lattice_kernel``) against what they stand for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.engine import lattice_kernel as K
+from service.engine.lattice_decisions import pack_counts
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("pos", [True, False])
+def test_an_end_past_the_conclude_reach_never_concludes(exact, pos):
+    """``_conclude_reach``: the Berry–Esseen stage skips the end of a bracket that would have
+    to conclude when its half-width is past this distance (from 0 for ``pos``, from 1 else).
+    Every such end must decide not to conclude (0) whatever the uniform (not 2, the binomial's
+    call), and the reach must not be slack: just inside it an end can conclude."""
+    a = 0.05
+    t_lo, t_hi = 0.031, 0.072  # a finite B's sure thresholds for some case
+    reach = K._conclude_reach(pos, exact, a, t_lo, t_hi)
+    past = np.linspace(0.0, 1.0, 20_001)
+    past = past[past > reach] if pos else 1.0 - past[past > reach]
+    concluded = 1 if pos else -1
+    assert len(past) and all(K._decide(p, pos, exact, a, t_lo, t_hi) == 0 for p in past)
+    inside = reach - 1e-9 if pos else 1.0 - reach + 1e-9
+    assert K._decide(inside, pos, exact, a, t_lo, t_hi) in ((concluded,) if exact else (concluded, 2))
+
+
+@pytest.mark.parametrize("n_tasks", [40, 300])
+def test_unpacked_counts_are_numpys_with_their_ranges(n_tasks):
+    """``unpack_counts`` (one compiled pass) against numpy's unpacking and ``law_ranges``, on
+    fields of 8 bits and of 16, empty rows included."""
+    from service.engine.lattice_decisions import count_values
+
+    rng = np.random.default_rng(n_tasks)
+    values = rng.choice(np.arange(-6, 7), size=(3, n_tasks))
+    observed = rng.random((50, n_tasks)) < 0.4
+    observed[:2] = False  # cases of no tasks
+
+    def summer(x):  # per pair, per case: the sum over the case's observed tasks
+        return np.einsum("pn,cn->pc", x, observed.astype(x.dtype))
+
+    vals, words, bits = pack_counts(values, summer, 3 * 50)
+    assert bits == (8 if n_tasks < 256 else 16)
+    counts, lo_i, hi_i = K.unpack_counts(words, bits, len(vals))
+    np.testing.assert_array_equal(counts, count_values(values, summer, 3 * 50)[1])
+    want_lo, want_hi = np.empty(len(counts), dtype=np.int64), np.empty(len(counts), dtype=np.int64)
+    K.law_ranges(counts, want_lo, want_hi)
+    np.testing.assert_array_equal(lo_i, want_lo)
+    np.testing.assert_array_equal(hi_i, want_hi)
+    assert (counts.sum(axis=1) == np.tile(observed.sum(axis=1), 3)).all()
