@@ -112,11 +112,16 @@ and an exp. Skipping it only leaves the bracket looser, never wrong."""
 
 
 @_compiled
-def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, lo, hi, stage, out, open_):  # pragma: no cover
+def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, far, lo, hi, stage, out,
+                  open_):  # pragma: no cover - compiled
     """``Tails.settle``'s first two stages, one case at a time: Bennett where a case has no
     bracket yet (``stage`` -1), the decision at both ends, Berry–Esseen where they differ and
     the case has not had it. A case still open (or not decidable here) is left for the later
-    stages in ``open_``. Returns the cases Berry–Esseen refined."""
+    stages in ``open_``. Returns the cases Berry–Esseen refined.
+
+    ``far``: the squared distance (in standard deviations of ``S``) within which Bennett's
+    bound on the end that would conclude cannot conclude (``first_stages``); such a case skips
+    it, as in the middle (``_MIDDLE``)."""
     n_be = 0
     for i in range(len(c)):
         kf = float(k[i])
@@ -126,9 +131,11 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, lo, hi, stage
         if stage[i] < 0:  # lattice.bennett_bracket
             var_sum = kq_ss / max(kf, 1.0) * (1.0 + 1e-12)
             mean = si / max(kf, 1.0)
-            if (ci + 0.5 - si) ** 2 < _MIDDLE * var_sum:  # Bennett's bound says little here:
-                h_i, l_i = 1.0, 0.0  # Berry–Esseen next
-            elif si > ci:  # c below the mean
+            below = si > ci  # c below the mean: Bennett bounds the upper end, else the lower
+            t = si - ci if below else ci + 1.0 - si
+            if (ci + 0.5 - si) ** 2 < _MIDDLE * var_sum or (below == pos[i] and t * t < far * var_sum):
+                h_i, l_i = 1.0, 0.0  # Bennett's bound says little here: Berry–Esseen next
+            elif below:
                 h_i = _bennett(si - ci, var_sum, (mean - vlo[i]) * (1.0 + 1e-12))
                 l_i = 0.0
                 if ci + 1.0 > si:
@@ -284,7 +291,19 @@ def first_stages(k, s, q, vlo, vhi, c, pos, a: float, t_lo, t_hi, lo, hi, stage,
     where the first stages decide, ``open_`` elsewhere, and refines ``lo``, ``hi``, ``stage``
     in place."""
     exact, t_lo, t_hi = _rule(t_lo, t_hi)
-    return int(_first_stages(k, s, q, vlo, vhi, c, pos, exact, float(a), t_lo, t_hi, lo, hi, stage, out, open_))
+    return int(_first_stages(k, s, q, vlo, vhi, c, pos, exact, float(a), t_lo, t_hi, _far(exact, a),
+                             lo, hi, stage, out, open_))
+
+
+def _far(exact: bool, a: float) -> float:
+    """Bennett's bound at a distance ``t`` from the mean is at least ``e^{-t²/2σ²}`` (``h(u) <=
+    u²/2``), so below ``t² = 2σ²·ln(1/r)``, ``r = _conclude_reach`` (``a`` for the exact rule),
+    it is above ``r``: the end that would conclude cannot, and the case goes straight to
+    Berry–Esseen (which it needs anyway), a log and an exp saved. A finite ``B``'s reach varies
+    by case (with its uniform), so there only the middle is skipped."""
+    if not exact or not 0.0 < a + 1e-12 < 1.0:
+        return _MIDDLE
+    return max(_MIDDLE, 2.0 * math.log(1.0 / (a + 1e-12)))
 
 
 def warm() -> None:

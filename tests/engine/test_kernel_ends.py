@@ -50,3 +50,21 @@ def test_unpacked_counts_are_numpys_with_their_ranges(n_tasks):
     np.testing.assert_array_equal(lo_i, want_lo)
     np.testing.assert_array_equal(hi_i, want_hi)
     assert (counts.sum(axis=1) == np.tile(observed.sum(axis=1), 3)).all()
+
+
+@pytest.mark.parametrize("a", [0.05, 0.01, 0.2])
+def test_bennett_cannot_conclude_where_the_first_stage_skips_it(a):
+    """``_far``: within ``sqrt(far)`` standard deviations of the mean, Bennett's bound (as the
+    first stage widens it) is above the exact rule's breakpoint, so skipping it loses no
+    decision; past the band it can conclude (the band is not wider than it must be)."""
+    rng = np.random.default_rng(3)
+    far = K._far(True, a)
+    assert far > K._MIDDLE and K._far(False, a) == K._MIDDLE
+    for _ in range(3000):
+        var = rng.uniform(0.5, 400.0)
+        b = rng.uniform(0.2, 12.0)
+        t = np.sqrt(rng.uniform(0.0, far) * var)
+        assert K._bennett(t, var, b) * (1.0 + 1e-9) + 1e-9 > a + 1e-12
+    # a two-point law near the normal: Bennett concludes a little past the band
+    var, b = 400.0, 0.01
+    assert K._bennett(np.sqrt(far * var) * 1.05, var, b) < a
