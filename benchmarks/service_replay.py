@@ -208,6 +208,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
                 again = {
                     "seconds": round(elapsed2, 1),
                     "ratio_to_cli": round(elapsed2 / cli_seconds, 3),
+                    "ratio_to_cli_one_thread": round(elapsed2 / one_seconds, 3),
                     "estimated_seconds": r2.json().get("estimated_seconds"),
                     "worker_cpu_seconds": [round(procs.cpu_seconds(worker_pids(w.pid)) - c, 2)
                                            for w, c in zip(pool, cpu0, strict=True)],
@@ -247,7 +248,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
         )
         if again:
             print(
-                f"  the same replay again: {again['seconds']:.1f} s = {again['ratio_to_cli']}x the CLI (estimate "
+                f"  the same replay again: {again['seconds']:.1f} s = {again['ratio_to_cli']}x the CLI, "
+                f"{again['ratio_to_cli_one_thread']}x the CLI with --threads 1 (estimate "
                 f"{again['estimated_seconds']} s); CPU s: workers {again['worker_cpu_seconds']}; after it was stored "
                 f"(s): {', '.join(f'{k} {v}' for k, v in again['timeline_seconds'].items())}",
                 flush=True,
