@@ -31,6 +31,7 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+from scipy.special import ndtr
 
 from service.engine.lattice import BERRY_ESSEEN, SLACK
 from service.engine.lattice_short import compiled as _compiled
@@ -52,19 +53,36 @@ def _bennett(t, var_sum, b):  # pragma: no cover - compiled
 
 
 NORMAL_CDF_ERROR = 1e-7
-"""Bound on ``|_normal_cdf - Φ|`` (Abramowitz and Stegun 26.2.17 give 7.5e-8), added to the
+"""Bound on ``|_normal_cdf - Φ|`` (the table's is under 3e-9: ``_PHI_STEP``), added to the
 Berry–Esseen error, which is some 1e-2 or more."""
+
+_PHI_REACH = 6.0
+"""Past this many standard deviations ``_normal_cdf`` says 0 or 1: Φ(-6) = 9.9e-10."""
+_PHI_STEP = 1.0 / 32
+"""Spacing of ``_normal_cdf``'s table. Cubic Hermite interpolation (Φ and its derivative φ at
+both ends of a cell) errs by at most ``h⁴/384·max|Φ⁗|`` = (1/32)⁴/384 × 0.551 = 1.4e-9
+(``Φ⁗ = (3x - x³)φ``, largest at x = ±0.74 and ±2.33)."""
+_PHI_X = np.arange(-_PHI_REACH, _PHI_REACH + _PHI_STEP / 2, _PHI_STEP)
+_PHI = ndtr(_PHI_X)
+_PHI_D = _PHI_STEP * np.exp(-0.5 * _PHI_X * _PHI_X) / math.sqrt(2.0 * math.pi)  # h·φ at the nodes
 
 
 @_compiled
 def _normal_cdf(x):  # pragma: no cover - compiled
-    """Φ(x) by Hastings' approximation (Abramowitz and Stegun 26.2.17): one exp, where an erfc
-    takes three times as long, in a stage that needs two per case."""
-    z = abs(x)
-    t = 1.0 / (1.0 + 0.2316419 * z)
-    poly = t * (0.319381530 + t * (-0.356563782 + t * (1.781477937 + t * (-1.821255978 + t * 1.330274429))))
-    tail = 0.3989422804014327 * math.exp(-0.5 * z * z) * poly  # φ(z)·poly
-    return 1.0 - tail if x >= 0.0 else tail
+    """Φ(x) from a table of 385 values and slopes (``_PHI_STEP``): two loads and a cubic, where
+    an exp (Hastings' approximation, this function before) took three times as long, once or
+    twice per case that reaches Berry–Esseen."""
+    if x != x:
+        return x
+    if not -_PHI_REACH < x < _PHI_REACH:
+        return 1.0 if x > 0.0 else 0.0
+    u = (x + _PHI_REACH) * (1.0 / _PHI_STEP)
+    i = min(int(u), len(_PHI) - 2)
+    t = u - i
+    t2 = t * t
+    t3 = t2 * t
+    return ((2.0 * t3 - 3.0 * t2 + 1.0) * _PHI[i] + (t3 - 2.0 * t2 + t) * _PHI_D[i]
+            + (3.0 * t2 - 2.0 * t3) * _PHI[i + 1] + (t3 - t2) * _PHI_D[i + 1])
 
 
 @_compiled

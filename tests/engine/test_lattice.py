@@ -543,14 +543,18 @@ def test_compiled_brackets_hold_with_short_windows(eps_alias):
 
 
 def test_compiled_normal_cdf_is_within_its_stated_error():
-    """``lattice_kernel._normal_cdf`` (Hastings' approximation, in the compiled Berry–Esseen
-    bracket) against scipy's ``ndtr`` on a fine grid, tails included: within the error the
-    bracket adds for it."""
+    """``lattice_kernel._normal_cdf`` (a table of Φ and φ, cubic Hermite between its nodes, in
+    the compiled Berry–Esseen bracket) against scipy's ``ndtr`` on a fine grid, tails, nodes and
+    the edges of the table included: within the interpolation bound its docstring derives, and
+    that within the error the bracket adds for it."""
     from scipy.special import ndtr
 
     from service.engine import lattice_kernel as K
 
-    x = np.concatenate([np.linspace(-40, 40, 80_001), [0.0, -0.0, 1e-300, -1e-300, np.inf, -np.inf]])
+    x = np.concatenate([np.linspace(-40, 40, 80_001), np.linspace(-6.5, 6.5, 200_001), K._PHI_X,
+                        [0.0, -0.0, 1e-300, -1e-300, np.inf, -np.inf, 6.0, -6.0, np.nextafter(6.0, 0)]])
     got = np.array([K._normal_cdf(v) for v in x])
-    assert np.max(np.abs(got - ndtr(x))) < K.NORMAL_CDF_ERROR
-    assert np.max(np.abs(got - ndtr(x))) > 1e-9  # (an approximation: the margin is needed)
+    err = np.max(np.abs(got - ndtr(x)))
+    bound = K._PHI_STEP**4 / 384 * 0.5506 + ndtr(-K._PHI_REACH) + 1e-15
+    assert err <= bound < K.NORMAL_CDF_ERROR
+    assert np.isnan(K._normal_cdf(np.nan))
