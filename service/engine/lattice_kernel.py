@@ -7,8 +7,9 @@ brackets, the decisions at both ends, the gathers of the open ones), and those p
 the arithmetic, were most of a replay. Here:
 
 - ``first_stages``: one pass over the cases: Bennett's bracket (or Berry–Esseen's first, near
-  the mean, where Bennett's says little), the decision at both ends, Berry–Esseen where they
-  differ (``lattice.bennett_bracket``, ``lattice.berry_esseen_bracket``);
+  the mean, where Bennett's says little, and for the exact rule wherever Bennett's cannot
+  reach the breakpoint), the decision at both ends, Berry–Esseen where they differ, each end
+  only where it can settle the case (``lattice.bennett_bracket``, ``lattice.berry_esseen_bracket``);
 - ``short_stage``: the short sums of the laws of the open cases, each distinct law summed once,
   then the sums over the whole support for the few still open (``lattice_short``, imported
   and warmed here: this module is the one a process loads).
@@ -61,7 +62,7 @@ _PHI_REACH = 6.0
 _PHI_STEP = 1.0 / 32
 """Spacing of ``_normal_cdf``'s table. Cubic Hermite interpolation (Φ and its derivative φ at
 both ends of a cell) errs by at most ``h⁴/384·max|Φ⁗|`` = (1/32)⁴/384 × 0.551 = 1.4e-9
-(``Φ⁗ = (3x - x³)φ``, largest at x = ±0.74 and ±2.33)."""
+(``Φ⁗ = (3x - x³)φ``, whose largest magnitude is 0.551, at x = ±0.742)."""
 _PHI_X = np.arange(-_PHI_REACH, _PHI_REACH + _PHI_STEP / 2, _PHI_STEP)
 _PHI = ndtr(_PHI_X)
 _PHI_D = _PHI_STEP * np.exp(-0.5 * _PHI_X * _PHI_X) / math.sqrt(2.0 * math.pi)  # h·φ at the nodes
@@ -114,9 +115,10 @@ def _settled(lo, hi, pos, exact, a, t_lo, t_hi):  # pragma: no cover - compiled
 
 @_compiled
 def _conclude_reach(pos, exact, a, t_lo, t_hi):  # pragma: no cover - compiled
-    """A distance from 0 (``pos``) or from 1 (otherwise) past which ``_decide`` cannot conclude
-    (1 or -1) for any uniform: the end of a bracket that would conclude, when the bracket's
-    half-width is beyond this, decides as the other end could, and adds nothing."""
+    """How far from 0 (``pos``: an upper end) or from 1 (otherwise: a lower end) a bracket's end
+    may lie and ``_decide`` still conclude there (1 or -1) for some uniform. A Berry–Esseen
+    bracket ``Φ ± err`` with ``err`` past this cannot conclude at that end whatever ``Φ`` is,
+    so the first stages do not compute that end."""
     if exact:
         return a + 1e-12
     return t_hi if pos else 1.0 - t_lo
