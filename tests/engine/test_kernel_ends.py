@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from service.engine import lattice_kernel as K
+from service.engine import rules as R
 from service.engine.lattice_decisions import pack_counts
 
 
@@ -68,3 +69,43 @@ def test_bennett_cannot_conclude_where_the_first_stage_skips_it(a):
     # a two-point law near the normal: Bennett concludes a little past the band
     var, b = 400.0, 0.01
     assert K._bennett(np.sqrt(far * var) * 1.05, var, b) < a
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_first_stage_brackets_hold_the_exact_tail(exact):
+    """Whatever ends the compiled first stages compute or leave (Bennett skipped in the middle
+    and within ``_far``, a Berry–Esseen end skipped past ``_conclude_reach``), every bracket
+    holds the exact tail, and a case they settle is settled as its exact tail decides: on
+    assorted histograms over several lattices, thresholds near the mean and far from it,
+    cases above θ and below it."""
+    from service.engine import lattice as LT
+    from service.engine.lattice_decisions import _finite_b_decide
+    from tests.engine.test_lattice import VALUE_SETS, moments, random_rows
+
+    rng = np.random.default_rng(11 if exact else 12)
+    a, big_b = 0.05, 200
+    for values in VALUE_SETS:
+        hist = random_rows(rng, 1200, values, 80)
+        k, s, q, vlo, vhi = moments(hist, values)
+        sd = np.sqrt(np.maximum(k * q - s * s, 0) / np.maximum(k, 1))
+        c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1.0)).astype(np.int64)
+        pos = rng.random(len(k)) < 0.5
+        tail = LT.tail(hist, values, c)
+        if exact:
+            t_lo = t_hi = None
+            want = R.bootstrap_from_tail(tail, pos, a, "exact")
+        else:
+            u = rng.random(len(k))
+            _, t_lo, t_hi = _finite_b_decide(a, big_b, pos, u)
+            want = np.where(u < R.bootstrap_conclude_prob(tail, pos, a, big_b), np.where(pos, R.ACCEPT, R.REJECT),
+                            R.DEFER)
+        lo, hi = np.zeros(len(k)), np.ones(len(k))
+        stage = np.full(len(k), -1, dtype=np.int8)
+        out = np.zeros(len(k), dtype=np.int8)
+        open_ = np.zeros(len(k), dtype=bool)
+        K.first_stages(k, s.astype(np.float64), q.astype(np.float64), vlo, vhi, c, pos, a, t_lo, t_hi, lo, hi, stage,
+                       out, open_)
+        assert np.all(lo <= tail + 1e-12) and np.all(tail <= hi + 1e-12), values
+        settled = ~open_
+        assert settled.any() and open_.any()  # both kinds met
+        np.testing.assert_array_equal(out[settled], want[settled])  # (finite B: the sure thresholds')
