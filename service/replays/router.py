@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, FastAPI, Header, Query, Request, Response, status
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +17,7 @@ from service.errors import Conflict, NotFound, Unprocessable, responses
 from service.json_body import StrictJSONRoute
 from service.replays import pairs, repository, service
 from service.replays.filters import check_metric_filters, check_systems
+from service.replays.models import QUEUED, RUNNING
 from service.replays.report_cache import CACHE, not_modified
 from service.replays.schemas import (
     MetricPage,
@@ -28,6 +29,7 @@ from service.replays.schemas import (
     ReplayRead,
     Status,
 )
+from service.replays.waiting import MAX_WAIT_S, TICK_S, FinishWatch
 
 router = APIRouter(prefix="/v1/replays", tags=["replays"], route_class=StrictJSONRoute)
 
@@ -64,8 +66,35 @@ def list_replays(
 
 
 @router.get("/{replay_id}", response_model=ReplayRead, responses=responses(NotFound))
-def get_replay(replay_id: uuid.UUID, session: SessionDep) -> ReplayRead:
-    return service.read(session, service.get(session, replay_id))
+async def get_replay(
+    replay_id: uuid.UUID,
+    request: Request,
+    wait: Annotated[float, Query(
+        ge=0, le=MAX_WAIT_S,
+        description="Seconds to hold the answer while the replay is queued or running: it comes as soon as the "
+        f"replay finishes (within {TICK_S * 1000:g} ms), else when they have passed, with the state then. "
+        "0 (the default) answers at once. Instead of polling: ask again while it is not finished.",
+    )] = 0.0,
+) -> ReplayRead:
+    factory = request.app.state.sessionmaker
+    read = await run_in_threadpool(_read_replay, factory, replay_id)
+    if wait > 0 and read.status in (QUEUED, RUNNING):
+        await _finish_watch(request.app).wait(replay_id, wait)
+        read = await run_in_threadpool(_read_replay, factory, replay_id)
+    return read
+
+
+def _read_replay(factory: sessionmaker[Session], replay_id: uuid.UUID) -> ReplayRead:
+    with transaction(factory, write=False) as session:
+        return service.read(session, service.get(session, replay_id))
+
+
+def _finish_watch(app: FastAPI) -> FinishWatch:
+    """The app's watcher of waited-on replays, made on first use (on the event loop)."""
+    watch = getattr(app.state, "finish_watch", None)
+    if watch is None:
+        watch = app.state.finish_watch = FinishWatch(app.state.engine)
+    return watch
 
 
 @router.delete(

@@ -140,10 +140,19 @@ def upload(client: TestClient, content: bytes, name: str = "bench.csv") -> dict:
     return r.json()
 
 
-def wait_for(client: TestClient, replay_id: str, statuses=("succeeded", "failed", "cancelled"), timeout=90.0) -> dict:
+FINISHED = ("succeeded", "failed", "cancelled")
+
+
+def wait_for(client: TestClient, replay_id: str, statuses=FINISHED, timeout=90.0) -> dict:
+    """The replay once its status is one of ``statuses``. Waiting for its end, each read is a
+    long poll (``?wait=``), as a client waits: every replay test goes through it, on each
+    backend and runner."""
     deadline = time.monotonic() + timeout
+    params = {"wait": 2.0} if set(statuses) <= set(FINISHED) else {}
     while True:
-        body = client.get(f"/v1/replays/{replay_id}").json()
+        r = client.get(f"/v1/replays/{replay_id}", params=params)
+        assert r.status_code == 200, r.text
+        body = r.json()
         if body["status"] in statuses:
             return body
         if time.monotonic() > deadline:
