@@ -5,7 +5,8 @@ A client that wants a replay's end otherwise polls, and each poll is a whole req
 polling every 50 ms spent 0.4 s of CPU per five-second replay, on cores the workers needed.
 Here the waiting requests of a process share one watcher thread: while any request waits, it
 reads the statuses of every replay waited on, in one query per ``TICK_S`` on a connection it
-holds meanwhile (about 0.25 ms of CPU a tick: no pool checkout, no hop to the event loop),
+holds meanwhile (no pool checkout, no hop to the event loop; on Postgres through the driver:
+0.2-0.3 ms of CPU a tick),
 and wakes the requests whose replay has left ``queued``/``running``. The thread ends when no
 request waits.
 
@@ -39,6 +40,7 @@ RETRY_S = 1.0
 """Pause after a failed status read (the database is away): the waiters then time out."""
 
 _table = Replay.__table__
+_PG_UNFINISHED = f"SELECT id FROM {_table.name} WHERE id = ANY(%s) AND status IN ('{QUEUED}', '{RUNNING}')"
 
 
 class FinishWatch:
@@ -112,6 +114,16 @@ class FinishWatch:
 
     @staticmethod
     def _unfinished(conn: Connection, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        """The ids of ``ids`` still queued or running. On Postgres through the driver itself:
+        a tick costs 0.2-0.3 ms of CPU there against 0.8-0.9 through SQLAlchemy's execution."""
+        if conn.dialect.name == "postgresql":
+            raw = conn.connection.dbapi_connection
+            if raw is not None:
+                with raw.cursor() as cur:
+                    cur.execute(_PG_UNFINISHED, (ids,))
+                    rows = cur.fetchall()
+                raw.rollback()  # no transaction held between ticks
+                return {r[0] for r in rows}
         stmt = select(_table.c.id).where(_table.c.id.in_(ids), _table.c.status.in_((QUEUED, RUNNING)))
         try:
             return set(conn.execute(stmt).scalars())
