@@ -6,9 +6,8 @@ polling every 50 ms spent 0.4 s of CPU per five-second replay, on cores the work
 Here the waiting requests of a process share one watcher thread: while any request waits, it
 reads the statuses of every replay waited on, in one query per ``TICK_S`` on a connection it
 holds meanwhile (no pool checkout, no hop to the event loop; on Postgres through the driver:
-0.2-0.3 ms of CPU a tick),
-and wakes the requests whose replay has left ``queued``/``running``. The thread ends when no
-request waits.
+0.2-0.3 ms of CPU a tick), and wakes the requests whose replay has left ``queued`` or
+``running``. The thread ends when no request waits.
 
 A wait is bounded (``MAX_WAIT_S``), so a stopping server finishes its requests within its
 grace period; clients ask again. The watcher reads the table without the request's owner
@@ -76,7 +75,7 @@ class FinishWatch:
                         del self._waiters[replay_id]
 
     def waiting(self) -> int:
-        """Requests waiting now (for tests and metrics)."""
+        """Requests waiting now (the tests read it)."""
         with self._lock:
             return sum(len(g) for g in self._waiters.values())
 

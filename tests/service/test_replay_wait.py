@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from tests.service.conftest import SMALL_SPEC, make_settings, synth_csv, unique_
 from tests.service.test_auth import _key
 
 
+@contextmanager
 def _client(backend: dict[str, object], redis_broker: tuple[str, str], **extra: object) -> Iterator[TestClient]:
     broker, _ = redis_broker
     queue = unique_name("sufficiency_wait")  # its own queue: no test's worker takes these jobs
@@ -37,7 +39,8 @@ def _client(backend: dict[str, object], redis_broker: tuple[str, str], **extra: 
 @pytest.fixture
 def held(backend: dict[str, object], redis_broker: tuple[str, str]) -> Iterator[TestClient]:
     """A client whose replays stay queued (their jobs go to a queue without a worker)."""
-    yield from _client(backend, redis_broker)
+    with _client(backend, redis_broker) as c:
+        yield c
 
 
 def _queued(c: TestClient, headers: dict[str, str] | None = None) -> str:
@@ -121,7 +124,7 @@ def test_waits_keep_to_their_owner(backend: dict[str, object], redis_broker: tup
     """The watcher is started by one owner's request and must still see the other owners'
     replays: bob's wait starts it, alice's replay is held until its time runs out (not woken
     early as if gone), and bob cannot wait on alice's replay at all."""
-    for c in _client(backend, redis_broker, auth="required", auth_cache_seconds=0):
+    with _client(backend, redis_broker, auth="required", auth_cache_seconds=0) as c:
         alice, bob = _key(c, "alice", "read,submit"), _key(c, "bob", "read,submit")
         mine, theirs = _queued(c, alice), _queued(c, bob)
         out_bob: dict[str, Any] = {}
