@@ -130,7 +130,8 @@ def _counts_by_budget(cat: dict, c: int) -> dict[str, np.ndarray]:
     out = {}
     for f in _COUNTS:
         per_seed = np.moveaxis(cat[f][:, c], 0, -1)  # [S, J, P]
-        out[f] = np.ascontiguousarray(np.concatenate([per_seed, per_seed.sum(axis=0, keepdims=True)]))
+        pooled = per_seed.sum(axis=0, keepdims=True, dtype=per_seed.dtype)  # <= orders x seeds: 1e8 at most
+        out[f] = np.ascontiguousarray(np.concatenate([per_seed, pooled]))
     return out
 
 
