@@ -59,7 +59,7 @@ def list_replays(
     if dataset_id is not None and datasets_repo.get(session, dataset_id) is None:  # a filter that cannot match
         raise Unprocessable([{"field": "dataset_id", "message": f"dataset_id={dataset_id} matches no dataset"}])
     items, total = repository.page(session, limit=limit, offset=offset, dataset_id=dataset_id, status=status)
-    done = repository.done_counts(session, [r.id for r in items])
+    done = service.done_counts(session, items)
     return ReplayPage(
         items=[service.to_read(r, done[r.id]) for r in items], total=total, limit=limit, offset=offset
     )

@@ -120,7 +120,7 @@ def _index(
 ) -> HTMLResponse:
     items, total = datasets_repo.page(session, limit=200, offset=0)
     runs, runs_total = replays_repo.page(session, limit=100, offset=0)
-    done = replays_repo.done_counts(session, [r.id for r in runs])
+    done = replays.done_counts(session, runs)
     budgets = replays_repo.sufficient_budgets(session, [r.id for r in runs])
     names = {d.id: d.name for d in items}
     replay_rows = []

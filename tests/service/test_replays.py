@@ -43,6 +43,13 @@ def test_replay_end_to_end_matches_engine(client: TestClient) -> None:
     assert done["status"] == "succeeded", done
     assert done["progress"] == 1.0 and done["chunks_done"] == 3
     assert done["started_at"] and done["finished_at"] and done["error"] is None
+    # a succeeded replay's reads take its counts without querying its chunks: they say the same
+    from service.db import transaction
+    from service.replays import repository
+
+    with transaction(client.app.state.sessionmaker, write=False) as session:
+        rid = uuid.UUID(created["id"])
+        assert repository.done_counts(session, [rid])[rid] == (3, float(done["n_pairs"]))
 
     report = client.get(f"/v1/replays/{created['id']}/report")
     assert report.status_code == 200 and report.headers["content-type"].startswith("application/json")
