@@ -15,10 +15,9 @@ over ``--clients`` processes, every request with the key. Before and after that 
 it sends as many ``GET /healthz`` over as many connections (each phase opens its own) and
 prints the ratio of the decision throughput to the mean healthz throughput: on a shared host
 absolute numbers move by tens of percent from minute to minute, a ratio within one run much
-less. It also prints the
-CPU time the API workers spent per request in each phase (from /proc). Every response must be
-a 200 with the expected body length: any other outcome is an error, and the exit status is 1
-if there was one. Prints throughput and latency percentiles per kind (the decisions also
+less. It also prints the CPU time the API workers spent per request in each phase (from
+/proc). Every response must be a 200 with the expected body length: any other outcome is an
+error, and the exit status is 1 if there was one. Prints throughput and latency percentiles per kind (the decisions also
 split into inline ones and those against the stored dataset). ``--profile DIR`` records each
 API worker with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks.
 ``--latencies FILE`` writes every request of the mixed phase (kind, start, latency), to see

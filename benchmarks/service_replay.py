@@ -13,8 +13,8 @@ then, for each worker count, ``sufficiency serve`` and that many ``sufficiency w
 --concurrency 1`` processes start against a private Postgres database and Redis queue (created
 and removed here), the records are uploaded and the replay submitted, and its end awaited as a
 client should, with ``GET /v1/replays/{id}?wait=`` (``--poll S`` reads the status every S
-seconds instead: at 0.05 s that cost the API and this client about 0.5 s of CPU per 5 s replay,
-on the cores the workers share). Reported per run: wall time from submission to a stored
+seconds instead: at 0.05 s that cost the API about 0.4 s of CPU per 5 s replay, on the cores
+the workers share). Reported per run: wall time from submission to a stored
 report and its ratios to the CLI's two times in this run (the host is shared: only the ratio
 means much), the CPU seconds of the CLI, of each worker and of the API process during the
 replay (the POST's share apart), the peak resident memory of the CLI and of each worker
@@ -112,14 +112,13 @@ def submit(http: httpx.Client, dataset_id: str, spec: dict, api_pids: list[int],
     return r, state, post_seconds, time.monotonic() - t0, post_cpu
 
 
-def run_cli(records: Path, cli_args: list[str], out: Path, env: dict[str, str]) -> tuple[float, float, float]:
+def run_cli(records: Path, cli_args: list[str], out: Path) -> tuple[float, float, float]:
     """``sufficiency replay`` of ``records`` to ``out`` as JSON: its seconds, CPU seconds and the
     peak resident memory of this process's largest child so far (MB)."""
     t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         [sys.executable, "-m", "service.cli", "replay", str(records), *cli_args, "--format", "json", "--out", str(out)],
         cwd=REPO,
-        env={**os.environ, **env},
         check=True,
         capture_output=True,
     )
@@ -321,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             )
         out = tmp / "cli.json"
-        cli_seconds, cli_cpu, cli_rss = run_cli(records, cli_args, out, {})
+        cli_seconds, cli_cpu, cli_rss = run_cli(records, cli_args, out)
         cli = json.loads(out.read_bytes())
         cli_bytes = out.stat().st_size
         print(
@@ -331,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         # the CLI as it was when issue 13 set its goal: its chunks on one thread (OpenBLAS free to
         # spread the products over the cores); it now runs them on up to four (``--threads``)
-        one_seconds, one_cpu, _ = run_cli(records, [*cli_args, "--threads", "1"], tmp / "cli1.json", {})
+        one_seconds, one_cpu, _ = run_cli(records, [*cli_args, "--threads", "1"], tmp / "cli1.json")
         if (tmp / "cli1.json").read_bytes() != out.read_bytes():
             raise RuntimeError("the CLI's report with --threads 1 differs from its report on several threads")
         print(f"CLI with --threads 1: {one_seconds:.1f} s, {one_cpu:.1f} s CPU, the same report", flush=True)
