@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy import DateTime, Engine, MetaData, Select, create_engine, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -111,6 +111,26 @@ def transaction(factory: sessionmaker[Session], *, write: bool = True) -> Iterat
         except BaseException:
             session.rollback()
             raise
+
+
+def blob_rows(session: Session, stmt: Select[Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``stmt``, a select of large binary columns (and small plain ones beside them),
+    in the session's transaction.
+
+    On Postgres they are fetched in binary format: psycopg's default text format sends a
+    ``bytea`` as hex, twice its size, that the server encodes and the client decodes. Reading
+    the parsed records of a 134 x 500 board (3.8 MB) took 37 ms as text and 7-9 ms binary; a
+    worker reads them once, the finalize every chunk's result. Select only columns that load
+    the same either way and need no SQLAlchemy processing (bytea, integers, text, uuid): not
+    JSON or the UTC timestamps."""
+    conn = session.connection()
+    if conn.dialect.name != "postgresql":
+        return [tuple(row) for row in session.execute(stmt).all()]
+    compiled = stmt.compile(dialect=conn.dialect)
+    raw = conn.connection.driver_connection
+    with raw.cursor(binary=True) as cur:
+        cur.execute(str(compiled), compiled.params)
+        return [tuple(row) for row in cur.fetchall()]
 
 
 def insert_new_rows(session: Session, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]) -> int:

@@ -9,6 +9,7 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session, undefer
 
 from service.datasets.models import Dataset
+from service.db import blob_rows
 
 
 def get(session: Session, dataset_id: uuid.UUID, *, with_content: bool = False) -> Dataset | None:
@@ -18,10 +19,11 @@ def get(session: Session, dataset_id: uuid.UUID, *, with_content: bool = False) 
     return session.scalars(stmt).one_or_none()
 
 
-def get_parsed(session: Session, dataset_id: uuid.UUID) -> Dataset | None:
-    """The dataset with its parsed records loaded, not its content (read only if needed)."""
-    stmt = select(Dataset).where(Dataset.id == dataset_id).options(undefer(Dataset.parsed))
-    return session.scalars(stmt).one_or_none()
+def parsed_bytes(session: Session, dataset_id: uuid.UUID) -> tuple[bytes | None] | None:
+    """``(parsed records,)`` of the dataset (null for one stored before they were kept), or
+    None when there is no such dataset; not its content, read only if needed."""
+    rows = blob_rows(session, select(Dataset.parsed).where(Dataset.id == dataset_id))
+    return rows[0] if rows else None
 
 
 def get_by_hash(session: Session, content_hash: str) -> Dataset | None:

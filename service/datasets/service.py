@@ -236,11 +236,16 @@ def load_records(session: Session, dataset_id: uuid.UUID) -> Records:
     and datasets never change)."""
 
     def parse() -> Records:
-        dataset = repository.get_parsed(session, dataset_id)
+        row = repository.parsed_bytes(session, dataset_id)
+        if row is None:
+            raise NotFound(f"dataset {dataset_id} does not exist")
+        records = records_from_bytes(row[0]) if row[0] is not None else None
+        if records is not None:
+            return records
+        dataset = repository.get(session, dataset_id, with_content=True)
         if dataset is None:
             raise NotFound(f"dataset {dataset_id} does not exist")
-        records = records_from_bytes(dataset.parsed) if dataset.parsed is not None else None
-        return records if records is not None else parse_records(dataset.content, fmt=dataset.format)
+        return parse_records(dataset.content, fmt=dataset.format)
 
     return _CACHE.get_or_load(dataset_id, parse)
 

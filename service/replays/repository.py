@@ -12,7 +12,7 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy import delete as sql_delete
 from sqlalchemy.orm import Session, undefer
 
-from service.db import utcnow
+from service.db import blob_rows, utcnow
 from service.replays.models import (
     CHUNK_DONE,
     CHUNK_PENDING,
@@ -138,11 +138,12 @@ def count_done(session: Session, replay_id: uuid.UUID) -> int:
 
 
 def chunk_results(session: Session, replay_id: uuid.UUID) -> list[bytes]:
-    rows = session.execute(
+    rows = blob_rows(
+        session,
         select(ReplayChunk.result)
         .where(ReplayChunk.replay_id == replay_id, ReplayChunk.status == CHUNK_DONE)
-        .order_by(ReplayChunk.chunk_index)
-    ).all()
+        .order_by(ReplayChunk.chunk_index),
+    )
     return [r[0] for r in rows]
 
 
@@ -326,8 +327,10 @@ def add_pair_tables(session: Session, replay_id: uuid.UUID, tables: Sequence[tup
 
 
 def pair_table_bytes(session: Session, replay_id: uuid.UUID, config_index: int) -> bytes | None:
-    return session.scalar(
+    rows = blob_rows(
+        session,
         select(ReplayPairTable.data).where(
             ReplayPairTable.replay_id == replay_id, ReplayPairTable.config_index == config_index
-        )
+        ),
     )
+    return rows[0][0] if rows else None
