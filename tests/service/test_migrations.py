@@ -41,3 +41,19 @@ def test_models_match_migrations_and_downgrade_works(backend: dict) -> None:
     finally:
         command.upgrade(_config(url), "head")
         engine.dispose()
+
+
+def test_postgres_stores_the_deflated_blobs_without_compressing_them_again(pg_url: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            storage = dict(conn.execute(text(
+                "SELECT c.relname || '.' || a.attname, a.attstorage FROM pg_attribute a "
+                "JOIN pg_class c ON c.oid = a.attrelid WHERE a.attname IN ('result', 'data', 'parsed') "
+                "AND c.relname IN ('replay_chunks', 'replay_pair_tables', 'datasets')")).all())
+        # 'e': external, not compressed (already deflated); the parsed records are not deflated
+        assert storage == {"replay_chunks.result": "e", "replay_pair_tables.data": "e", "datasets.parsed": "x"}
+    finally:
+        engine.dispose()
