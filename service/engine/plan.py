@@ -9,6 +9,8 @@ so a pair's orders do not depend on which chunk replays it (``chunk.py`` reads t
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import zlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -142,6 +144,16 @@ class Plan:
                                                "grid of step 1/L (its tails are exact convolutions)")
             if p.rule in ANYTIME_RULES and p.order == "neyman":
                 raise SpecError("policies", f"policy '{p.name}': anytime needs a single task order, not neyman")
+
+    def with_orders(self, orders: int) -> Plan:
+        """This plan with ``orders`` sampled orders per pair. Nothing built here depends on the
+        number of orders (pairs, task sets, configurations, applicability), so it is shared,
+        and only the orders drawn later are new: the submission estimate's sample plan
+        without a second ``plan_replay`` (about 60 ms on a 134 x 500 board)."""
+        out = copy.copy(self)
+        out.spec = dataclasses.replace(self.spec, orders=orders)
+        out._order_cache = {}
+        return out
 
     # ------------------------------------------------------------------ pairs
 

@@ -100,13 +100,11 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     anytime rule; 3.3-3.8x on the 134 x 500 board, which one run scaled whole had put at 57x). A
     two-point fit (10 and 30 orders) was tried and dropped: its noise there gave 0.26-2.3x at
     twice the sampling cost."""
-    from dataclasses import replace
-
     from service.engine.blas import blas_single_thread
-    from service.engine.replay import plan_replay, run_chunk
+    from service.engine.replay import run_chunk
 
     k = max(1, plan.spec.orders // SAMPLE_ORDERS)
-    small = plan if k == 1 else plan_replay(plan.records, replace(plan.spec, orders=plan.spec.orders // k))
+    small = plan if k == 1 else plan.with_orders(plan.spec.orders // k)
     m = min(plan.n_pairs, chunk_pairs)
     with blas_single_thread():  # all of the sample's work on this thread, whose CPU time is read
         run_chunk(small, 0, 1)
