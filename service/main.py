@@ -95,8 +95,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if resumed:
             log.info("resumed %d unfinished replay(s)", resumed)
     # the engine imports scipy.stats on first use (engine/binom.py); a server pays its second
-    # of import here rather than in the first request that needs an interval
-    importlib.import_module("scipy.stats")
+    # of import here rather than in the first request that needs an interval. Likewise the
+    # replay engine, which a replay's submission imports before its job can be sent (70 ms
+    # where no bytecode is cached): not its compiled lattice kernels, which only workers run.
+    for module in ("scipy.stats", "service.engine.replay", "service.engine.report", "service.engine.pairs"):
+        importlib.import_module(module)
     freeze_startup_objects()
     try:
         yield
