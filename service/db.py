@@ -124,7 +124,7 @@ def blob_rows(session: Session, stmt: Select[Any]) -> list[tuple[Any, ...]]:
     the same either way and need no SQLAlchemy processing (bytea, integers, text, uuid: not
     JSON or the UTC timestamps), with parameters psycopg takes as they are (uuid, int, str)."""
     conn = session.connection()
-    if conn.dialect.name != "postgresql":
+    if conn.dialect.name != "postgresql" or conn.dialect.driver != "psycopg":
         return [tuple(row) for row in session.execute(stmt).all()]
     compiled = stmt.compile(dialect=conn.dialect)
     raw = conn.connection.driver_connection
