@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -149,10 +150,9 @@ def _budget_rows(plan: Plan, cat: dict, counts: dict[str, np.ndarray], c: int, c
     pooled_sums = _masked_sums(counts, -1, positive, negative, mask)
     budgets = []
     for j, b in enumerate(spec.budgets):
-        per_seed = [_metrics(sums, j, cat, c, s, positive, negative, mask, reps, ks[:, j] / n_tasks, cost_known)
-                    for s, sums in enumerate(seed_sums)]
-        pooled = _metrics(pooled_sums, j, cat, c, slice(None), positive, negative, mask, reps * n_s,
-                          ks[:, j] / n_tasks, cost_known)
+        task_frac = ks[:, j] / n_tasks
+        per_seed = [_metrics(sums, j, cat, c, s, mask, reps, task_frac, cost_known) for s, sums in enumerate(seed_sums)]
+        pooled = _metrics(pooled_sums, j, cat, c, slice(None), mask, reps * n_s, task_frac, cost_known)
         k_mean = _clean(float(ks[mask, j].mean())) if n_app else None
         entry: dict[str, object] = {"budget": b, "k_mean": k_mean}
         entry.update(pooled)
@@ -182,27 +182,28 @@ def _operating_characteristic(plan: Plan, cat: dict, c: int, cfg: Config, gaps: 
 
 
 def _masked_sums(counts: dict[str, np.ndarray], row: int, positive: np.ndarray, negative: np.ndarray,
-                 appl: np.ndarray) -> dict[str, list[int]]:
+                 appl: np.ndarray) -> dict[str, Any]:
     """The decision counts ``_metrics`` sums over pairs, for seed row ``row`` of ``counts`` (-1:
     pooled), every budget at once: one masked reduction per count instead of one per budget
-    (the board's report summed 17,822 pairs 800 times). Integer sums, exact in any order."""
+    (the board's report summed 17,822 pairs 800 times). Integer sums, exact in any order. With
+    them the masks' pair counts, the same for every budget."""
     acc, rej, dfr, cvf = (counts[f][row] for f in _COUNTS)  # [budget, pair]
 
     def total(x: np.ndarray, m: np.ndarray) -> list[int]:
         return np.add.reduce(x[:, m], axis=1, dtype=np.int64).tolist()
 
     return {"false_accepts": total(acc, negative), "false_rejects": total(rej, positive), "accept": total(acc, appl),
-            "reject": total(rej, appl), "defer": total(dfr, appl), "coverage_fail": total(cvf, appl)}
+            "reject": total(rej, appl), "defer": total(dfr, appl), "coverage_fail": total(cvf, appl),
+            "pairs": int(appl.sum()), "positive_pairs": int(positive.sum()), "negative_pairs": int(negative.sum())}
 
 
-def _metrics(sums: dict[str, list[int]], j: int, cat: dict, c: int, s, positive: np.ndarray,
-             negative: np.ndarray, appl: np.ndarray, reps: int, task_frac: np.ndarray,
-             cost_known: bool) -> dict[str, object]:
+def _metrics(sums: dict[str, Any], j: int, cat: dict, c: int, s, appl: np.ndarray, reps: int,
+             task_frac: np.ndarray, cost_known: bool) -> dict[str, object]:
     """Budget ``j``'s metrics over seed ``s`` (an index, or ``slice(None)``: all seeds pooled),
     from that seed's ``_masked_sums``."""
-    cases = int(appl.sum()) * reps
-    n_pos = int(positive.sum()) * reps
-    n_neg = int(negative.sum()) * reps
+    cases = sums["pairs"] * reps
+    n_pos = sums["positive_pairs"] * reps
+    n_neg = sums["negative_pairs"] * reps
     fa = sums["false_accepts"][j]
     fr = sums["false_rejects"][j]
     return {
