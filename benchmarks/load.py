@@ -17,12 +17,12 @@ prints the ratio of the decision throughput to the mean healthz throughput: on a
 absolute numbers move by tens of percent from minute to minute, a ratio within one run much
 less. It also prints the CPU time the API workers spent per request in each phase (from
 /proc). Every response must be a 200 with the expected body length: any other outcome is an
-error, and the exit status is 1 if there was one. Prints throughput and latency percentiles per kind (the decisions also
-split into inline ones and those against the stored dataset). ``--profile DIR`` records each
-API worker with py-spy (``pip install py-spy``) during the mixed phase, as collapsed stacks.
-``--latencies FILE`` writes every request of the mixed phase (kind, start, latency), to see
-when the slow ones happened. Every wait is bounded; the servers are stopped and the database
-dropped at the end.
+error, and the exit status is 1 if there was one. Prints throughput and latency percentiles
+per kind (the decisions also split into inline ones and those against the stored dataset).
+``--profile DIR`` records each API worker with py-spy (``pip install py-spy``) during the mixed
+phase, as collapsed stacks. ``--latencies FILE`` writes every request of the mixed phase (kind,
+start, latency), to see when the slow ones happened. Every wait is bounded; the servers are
+stopped and the database dropped at the end.
 """
 
 from __future__ import annotations
