@@ -16,7 +16,9 @@ kernels' load, about 0.3 s from numba's cache, some 9 s when they compile). ``--
 it out, as a one-off CLI replay does below ``lattice.COMPILED_FROM`` cases (numpy's stages).
 ``--cli`` times ``sufficiency replay`` end to end instead (a fresh process: the interpreter,
 the imports, reading the CSV, the replay and writing its JSON report), as a user runs it once.
-``--repeat N`` runs each replay N times (each in a fresh process, the three datasets in turn)
+``--also FILE ...`` adds record files of other shapes (``sufficiency synth --trials 10``, say)
+after the three, each against ``swebench_lite`` in the same run: the goal is for records in
+general, not only these. ``--repeat N`` runs each replay N times (each in a fresh process, the three datasets in turn)
 and keeps the least wall and CPU time of each: on a shared host, the other tenants only ever
 add time.
 """
@@ -44,6 +46,12 @@ from service.engine.spec import SpecError, make_spec  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 DATASETS = ("swebench_lite", "terminal_bench_1_fractional", "terminal_bench_core_0.1.1")
+
+
+def records_path(dataset: str) -> Path:
+    """A dataset of ``../shared/data`` by name, or a record file given by its path (``--also``)."""
+    path = Path(dataset)
+    return path if path.suffix in (".csv", ".jsonl") else DATA / dataset / "records.csv"
 RULES = {
     "bootstrap_200": ("coverage_bootstrap", 200),
     "bootstrap_exact": ("coverage_bootstrap", "exact"),
@@ -59,7 +67,7 @@ def child(dataset: str, rule: str, orders: int, cold: bool) -> None:
     """Replay one (dataset, rule) in this fresh process; print time, cases and peak RSS as JSON."""
     keep_freed_memory()  # as `sufficiency replay` and a Celery worker do (service/engine/malloc.py)
     policy, resamples = RULES[rule]
-    records = load_records(str(DATA / dataset / "records.csv"))
+    records = load_records(str(records_path(dataset)))
     spec = make_spec(policies=[policy], deltas=[0], orders=orders, groups=[None], bootstrap=[resamples])
     try:
         plan = plan_replay(records, spec)
@@ -100,15 +108,15 @@ def _cases(dataset: str, rule: str, orders: int) -> int:
     """The case count of a replay (planned here once, not in the timed process)."""
     policy, resamples = RULES[rule]
     spec = make_spec(policies=[policy], deltas=[0], orders=orders, groups=[None], bootstrap=[resamples])
-    return total_cases(plan_replay(load_records(str(DATA / dataset / "records.csv")), spec))
+    return total_cases(plan_replay(load_records(str(records_path(dataset))), spec))
 
 
 def cli_run(dataset: str, rule: str, orders: int) -> dict:
     """``sufficiency replay`` on ``dataset`` under ``rule`` in a fresh process: wall and CPU
     time (user + system of the child), peak RSS, and the replay's case count."""
     policy, resamples = RULES[rule]
-    records = DATA / dataset / "records.csv"
-    out = Path(f"/tmp/multitrial_speed_{dataset}_{rule}.json")
+    records = records_path(dataset)
+    out = Path(f"/tmp/multitrial_speed_{records.parent.name}_{records.stem}_{rule}.json")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     argv = ["sufficiency", "replay", str(records), "--policy", policy, "--delta", "0", "--orders", str(orders),
@@ -135,6 +143,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per replay; the least times are kept")
     ap.add_argument("--cold", action="store_true", help="no kernel loaded before a replay (a one-off CLI run)")
     ap.add_argument("--cli", action="store_true", help="time `sufficiency replay` end to end, a fresh process each")
+    ap.add_argument("--also", nargs="+", default=[], metavar="FILE",
+                    help="more record files (.csv or .jsonl), each compared with swebench_lite")
     ap.add_argument("--child", nargs=2, metavar=("DATASET", "RULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -147,11 +157,12 @@ def main() -> None:
         f"{'rule':16s} {'dataset':28s} {'cases':>10s} {'wall s':>8s} {'cpu s':>8s} {'us/case':>8s} "
         f"{'cpu us/case':>11s} {'x lite cpu (wall)':>17s} {'peak MB':>8s} {'jit s':>6s} sums"
     )
+    datasets = (*DATASETS, *(str(Path(f).resolve()) for f in args.also))
     for rule in args.rules.split(","):
         base = None
         runs: dict[str, dict] = {}
         for _ in range(max(1, args.repeat)):
-            for dataset in DATASETS:
+            for dataset in datasets:
                 if args.cli:
                     r = cli_run(dataset, rule, args.orders)
                 else:
@@ -168,17 +179,18 @@ def main() -> None:
                     r = {**r, "wall": min(r["wall"], best["wall"]), "cpu": min(r["cpu"], best["cpu"]),
                          "peak_mb": max(r["peak_mb"], best["peak_mb"]), "jit": max(r["jit"], best["jit"])}
                 runs[dataset] = r
-        for dataset in DATASETS:
+        for dataset in datasets:
             r = runs[dataset]
+            name = Path(dataset).name if dataset not in DATASETS else dataset
             if "refused" in r:
-                print(f"{rule:16s} {dataset:28s} refused: {r['refused']}")
+                print(f"{rule:16s} {name:28s} refused: {r['refused']}")
                 continue
             per_wall, per_cpu = r["wall"] / r["cases"] * 1e6, r["cpu"] / r["cases"] * 1e6
             if dataset == DATASETS[0]:
                 base = (per_wall, per_cpu)
             ratio = f"{per_cpu / base[1]:.1f} ({per_wall / base[0]:.1f})" if base else "-"
             print(
-                f"{rule:16s} {dataset:28s} {r['cases']:10,d} {r['wall']:8.2f} {r['cpu']:8.2f} {per_wall:8.3f} "
+                f"{rule:16s} {name:28s} {r['cases']:10,d} {r['wall']:8.2f} {r['cpu']:8.2f} {per_wall:8.3f} "
                 f"{per_cpu:11.3f} {ratio:>17s} {r['peak_mb']:8.0f} {r['jit']:6.2f} {r['sums']}",
                 flush=True,
             )
