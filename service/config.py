@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     max_replay_cases: int = Field(
         default=1_000_000_000, ge=1, description="Ceiling of pairs x orders x budgets x configurations x seeds."
     )
+    max_replay_resample_draws: int = Field(
+        default=50_000_000_000, ge=1,
+        description="Ceiling of the task draws of a replay's finite bootstraps on outcomes off a small lattice, "
+                    "resampled literally (pairs x orders x seeds x B x tasks summed over budgets).",
+    )
     max_replay_budgets: int = Field(default=200, ge=1, description="Budgets of one replay (a range is counted first).")
     max_replay_orders: int = Field(default=100_000, ge=1, description="Sampled orders R of one replay.")
     max_replay_memory_bytes: int = Field(

@@ -94,9 +94,10 @@ def check_replay_spec(spec: ReplaySpec, n_systems: int, settings: Settings) -> N
 
 
 def check_replay_plan(plan: Plan, settings: Settings) -> None:
-    """After the plan, before any case runs: the case count and a chunk's peak memory."""
+    """After the plan, before any case runs: the case count, the draws of literal resampling
+    (``literal_draws``: a case count does not bound them) and a chunk's peak memory."""
     from service.engine.footprint import chunk_footprint
-    from service.engine.replay import total_cases
+    from service.engine.replay import literal_draws, total_cases
 
     cases = total_cases(plan)
     spec = plan.spec
@@ -109,6 +110,9 @@ def check_replay_plan(plan: Plan, settings: Settings) -> None:
                 f"is {settings.max_replay_cases:,}: use fewer orders, budgets, policies or thresholds"
             ),
         )
+    draws = literal_draws(plan)
+    if draws > settings.max_replay_resample_draws:
+        raise refuse("bootstrap", _literal_message(plan, draws, settings.max_replay_resample_draws))
     fp = chunk_footprint(plan, settings.chunk_pairs)
     if fp.total > settings.max_replay_memory_bytes:
         raise refuse(
@@ -119,6 +123,24 @@ def check_replay_plan(plan: Plan, settings: Settings) -> None:
                 f"{_mib(settings.max_replay_memory_bytes)} MiB: use fewer orders or budgets"
             ),
         )
+
+
+def _literal_message(plan: Plan, draws: int, limit: int) -> str:
+    """Why a replay's literal resampling is refused, and the ways out: fewer draws, or outcomes
+    on a grid the exact convolutions take (``Plan.fft_bootstrap``)."""
+    from service.engine import rules as R
+    from service.engine.coverage import budget_k
+
+    spec = plan.spec
+    kmax = max(1, budget_k(max(spec.budgets), plan.records.n_tasks))
+    grid = min(R.MAX_FFT // (2 * kmax), R.MAX_LATTICE)
+    where = "on no grid of step 1/L" if plan.lattice is None else f"on a grid of step 1/{plan.lattice}"
+    return (
+        f"these outcomes lie {where}, too fine for exact convolutions over {kmax:,} tasks, so each case of a finite "
+        f"bootstrap draws its B resamples task by task: this replay would draw {draws:,} tasks ({plan.n_pairs} pairs x "
+        f"{spec.orders:,} orders x {spec.seeds} seed(s) x B x the budgets' tasks); the limit is {limit:,}: use fewer "
+        f"orders, resamples, budgets or systems, or outcomes rounded to a grid of step 1/L with L <= {grid:,}"
+    )
 
 
 LARGEST_CHUNK_FACTOR = 4

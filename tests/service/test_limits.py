@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from service.engine.records import parse_records
-from service.engine.replay import plan_replay, total_cases
+from service.engine.replay import literal_draws, plan_replay, total_cases
 from service.engine.spec import make_spec
 from service.main import create_app
 from tests.service.conftest import SMALL_SPEC, make_settings, synth_csv
@@ -64,6 +65,33 @@ def test_replay_cost_ceiling_names_the_estimate(tight: TestClient) -> None:
     assert c.get("/v1/replays").json()["total"] == 0
     r = c.post("/v1/replays", json={**body, "orders": 5, "deltas": [0]})  # 12 x 5 x 3 x 2 = 360
     assert r.status_code == 202
+
+
+def test_literal_resampling_is_bounded_by_its_draws(backend: dict[str, object]) -> None:
+    """Outcomes off any small lattice: a finite bootstrap resamples task by task, thousands of
+    times a lattice case's cost, so its draws have a ceiling of their own (the case count is
+    far under its limit here)."""
+    rng = np.random.default_rng(5)
+    rows = [f"s{s},t{t},g{t % 3},0,{rng.random()!r}" for s in range(4) for t in range(30)]
+    content = ("system,task_id,group,trial,outcome\n" + "\n".join(rows) + "\n").encode()
+    body = {"policies": ["coverage_bootstrap", "uniform_forced"], "deltas": [0], "budgets": [0.5, 1.0],
+            "orders": 20, "bootstrap": [50], "seed": 1}
+    draws = literal_draws(plan_replay(parse_records(content, fmt="csv"), make_spec(**body)))
+    assert draws == 12 * (15 + 30) * 50 * 20  # 12 pairs x the budgets' tasks x B x orders
+    settings = make_settings(**backend, max_replay_resample_draws=draws - 1)
+    app = create_app(settings)
+    with TestClient(app) as c:
+        ds = _upload(c, content).json()
+        r = c.post("/v1/replays", json={**body, "dataset_id": ds["id"]})
+        assert r.status_code == 422
+        [detail] = r.json()["detail"]
+        assert detail["field"] == "bootstrap"
+        assert f"would draw {draws:,} tasks" in detail["message"] and f"the limit is {draws - 1:,}" in detail["message"]
+        assert "no grid of step 1/L" in detail["message"]
+        assert c.get("/v1/replays").json()["total"] == 0
+        r = c.post("/v1/replays", json={**body, "dataset_id": ds["id"], "orders": 19})  # 19/20 of the draws
+        assert r.status_code == 202
+        app.state.runner.wait_idle(timeout=60)
 
 
 def test_decision_and_session_bodies_are_capped(tight: TestClient) -> None:
