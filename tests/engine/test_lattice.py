@@ -542,6 +542,46 @@ def test_compiled_brackets_hold_with_short_windows(eps_alias):
     assert np.median((hi - lo)[0, sd > 0]) < 3 * eps_alias  # wide only by what the windows leave out
 
 
+def _near_periodic_rows(rng: np.random.Generator, n_rows: int, values: np.ndarray, k_max: int) -> np.ndarray:
+    """Histograms with nearly all their mass on multiples of 5 and a little on the rest: ``|φ|``
+    climbs back towards 1 near ω = 2π/5 and its multiples, between frequencies where it is small."""
+    on_five = values % 5 == 0
+    rows = []
+    for _ in range(n_rows):
+        p = np.where(on_five, rng.random(len(values)), rng.random(len(values)) * 0.02)
+        rows.append(rng.multinomial(int(rng.integers(5, k_max + 1)), p / p.sum()))
+    return np.array(rows, dtype=np.float64)
+
+
+@pytest.mark.parametrize("shape", ["spread", "near_periodic"])
+def test_sparse_brackets_contain_the_exact_tail(shape):
+    """Values with many distinct ``|v|`` (``lattice_short.SPARSE_MAGS`` or more: scores of step
+    1/40 here) take the sparse sums, which skip the frequencies a bound on ``|φ|``'s slope keeps
+    below the threshold: the short and the whole-support brackets must still hold the exact tail,
+    for a threshold and its mirror, and be as narrow as the dense sums' (where ``|φ|`` keeps coming
+    back near 1, skipping too far would leave out terms that matter)."""
+    from service.engine.lattice_short import SPARSE_MAGS
+
+    if shape == "spread":
+        values = np.arange(-40, 41)
+        hist = random_rows(np.random.default_rng(71), 600, values, 150)
+    else:
+        values = np.array([-40, -35, -30, -25, -20, -15, -10, -5, -2, 0, 1, 5, 10, 15, 20, 25, 30, 35, 40])
+        hist = _near_periodic_rows(np.random.default_rng(72), 600, values, 150)
+    assert len({abs(int(v)) for v in values if v}) >= SPARSE_MAGS
+    rng = np.random.default_rng(73)
+    k, s, q, vlo, vhi = moments(hist, values)
+    sd = np.sqrt(np.maximum(k * q - s * s, 0) / k)
+    c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1)).astype(np.int64)
+    exact, mirror = LT.tail(hist, values, c), LT.tail(hist[:, ::-1], -values[::-1], c)
+    for eps, full, width in ((LT.EPS_APPROX, False, 1e-3), (LT.EPS_TERM, True, 1e-8)):
+        lo, hi = short_brackets(hist.astype(np.uint16), values, np.stack([c, -c - 1]), k, s, q, vlo, vhi,
+                                LT.EPS_ALIAS, eps, full=full)
+        assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12), (full, np.max(lo[0] - exact))
+        assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12), full
+        assert np.quantile((hi - lo)[:, sd > 0], 0.9) < width, full
+
+
 def test_compiled_normal_cdf_is_within_its_stated_error():
     """``lattice_kernel._normal_cdf`` (a table of Φ and φ, cubic Hermite between its nodes, in
     the compiled Berry–Esseen bracket) against scipy's ``ndtr`` on a fine grid, tails, nodes and
