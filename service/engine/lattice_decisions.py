@@ -59,15 +59,19 @@ class Histograms:
         per_pair = ssum.size // max(n_pairs, 1)  # cases per pair (orders x budgets)
         n_laws = len(law_pairs) * per_pair
         if compiled:  # unpacked with each row's range in one compiled pass
-            from service.engine.lattice_kernel import case_ranges, law_ranges, unpack_counts
+            from service.engine.lattice_kernel import case_ranges, count_words, law_ranges, unpack_counts
 
-            self.values, self.words, bits = pack_counts(values[law_pairs], summer, n_laws)
-            if bits:  # one type of counts for the kernels (uint16): one compilation
-                self.counts, lo_i, hi_i = unpack_counts(self.words, bits, len(self.values))
+            counted = count_words(values[law_pairs], summer)  # along shared orders, without products
+            if counted is not None:
+                self.values, self.words, bits, self.counts, lo_i, hi_i = counted
             else:
-                self.counts = self.words.view(np.float32)
-                lo_i, hi_i = np.empty(n_laws, dtype=np.int64), np.empty(n_laws, dtype=np.int64)
-                law_ranges(self.counts, lo_i, hi_i)
+                self.values, self.words, bits = pack_counts(values[law_pairs], summer, n_laws)
+                if bits:  # one type of counts for the kernels (uint16): one compilation
+                    self.counts, lo_i, hi_i = unpack_counts(self.words, bits, len(self.values))
+                else:
+                    self.counts = self.words.view(np.float32)
+                    lo_i, hi_i = np.empty(n_laws, dtype=np.int64), np.empty(n_laws, dtype=np.int64)
+                    law_ranges(self.counts, lo_i, hi_i)
         else:
             self.values, self.counts, self.words = count_values(values[law_pairs], summer, n_laws)
         self.values = np.asarray(self.values, dtype=np.int64)

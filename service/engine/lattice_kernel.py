@@ -294,6 +294,65 @@ def unpack_counts(words: np.ndarray, bits: int, n_values: int) -> tuple[np.ndarr
 
 
 @_compiled
+def _count_words(slot, order, ks, bits, words, counts, lo_i, hi_i):  # pragma: no cover - compiled
+    """``pack_counts``' words, ``unpack_counts``' counts and each row's first and last value
+    column, counted along each order: case ``(p, r, j)`` observes ``order[r, :ks[j]]`` (the
+    budgets ascending), so each budget's counts are the last one's plus the tasks between."""
+    n_p = slot.shape[0]
+    reps = order.shape[0]
+    n_j = len(ks)
+    n_w = words.shape[1]
+    n_v = counts.shape[1]
+    per = 48 // bits
+    cur = np.zeros(n_w, dtype=np.int64)
+    cnt = np.zeros(n_v, dtype=np.int64)
+    for p in range(n_p):
+        for r in range(reps):
+            cur[:] = 0
+            cnt[:] = 0
+            first, last = n_v, -1
+            i = 0
+            for j in range(n_j):
+                while i < ks[j]:
+                    v = slot[p, order[r, i]]
+                    cur[v // per] += np.int64(1) << (bits * (v % per))
+                    cnt[v] += 1
+                    first = min(first, v)
+                    last = max(last, v)
+                    i += 1
+                row = (p * reps + r) * n_j + j
+                for w in range(n_w):
+                    words[row, w] = cur[w]
+                for v in range(n_v):
+                    counts[row, v] = cnt[v]
+                lo_i[row] = first if last >= 0 else 0
+                hi_i[row] = max(last, 0)
+
+
+def count_words(values: np.ndarray, summer) -> tuple | None:
+    """``(vals, words, bits, counts, first, last)`` as ``pack_counts`` then ``unpack_counts``
+    give them, counted along the orders of a summer whose cases observe prefixes of shared
+    orders (``summers.MatrixSummer``) instead of a matrix product per packed word: a word
+    product costs pairs x tasks x orders x budgets, the count tasks x orders and a copy per
+    budget (outcomes of step 1/100, 67 words: 2.3 ms a word per block). None where that does
+    not apply (another summer, 2**16 tasks or more, budgets out of order)."""
+    order, ks = getattr(summer, "order", None), getattr(summer, "ks", None)
+    n_tasks = values.shape[1]
+    if order is None or ks is None or n_tasks >= 1 << 16 or np.any(np.diff(ks) < 0) or (len(ks) and ks[-1] > n_tasks):
+        return None
+    vals = np.unique(values)
+    bits = 8 if n_tasks < 1 << 8 else 16
+    slot = np.searchsorted(vals, values).astype(np.int64)
+    n_rows = len(values) * order.shape[0] * len(ks)
+    words = np.empty((n_rows, -(-len(vals) // (48 // bits))), dtype=np.int64)
+    counts = np.empty((n_rows, len(vals)), dtype=np.uint16)
+    lo_i, hi_i = np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64)
+    _count_words(slot, np.ascontiguousarray(order, dtype=np.int64), np.asarray(ks, dtype=np.int64), bits, words,
+                 counts, lo_i, hi_i)
+    return vals, words, bits, counts, lo_i, hi_i
+
+
+@_compiled
 def case_ranges(lo_i, hi_i, vals, law, flip, k, vlo, vhi):  # pragma: no cover - compiled
     """Per case: the least and largest value it observed (its law's, negated for a mirror), and
     for a case of no tasks the empty range ``(vals[-1], vals[0])``: ``Histograms.vlo, vhi``."""
@@ -339,6 +398,7 @@ def warm() -> None:
     case_ranges(np.array([0]), np.array([2]), np.array([-1.0, 0.0, 1.0]), np.array([0]), np.array([False]),
                 np.array([4]), np.zeros(1), np.zeros(1))
     unpack_counts(np.array([[1 + 2 * 256 + 65536]]), 8, 3)
+    count_words(np.array([[-1, 0, 1]]), SimpleNamespace(order=np.array([[2, 0, 1]]), ks=np.array([1, 3])))
     # the counts of a compiled lattice_decisions.Histograms are uint16 (uint8 widened)
     law_ranges(np.array([[1, 2, 1]], dtype=np.uint16), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     # one law of two cases (a pair and its mirror), k = 4: what short_stage reads of a Histograms
@@ -355,5 +415,5 @@ def warm() -> None:
 
 warm()
 
-__all__ = ["case_ranges", "decide_cases", "first_stages", "law_ranges", "short_brackets", "short_stage",
+__all__ = ["case_ranges", "count_words", "decide_cases", "first_stages", "law_ranges", "short_brackets", "short_stage",
            "unpack_counts", "warm"]

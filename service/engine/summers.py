@@ -56,6 +56,7 @@ class MatrixSummer(Summer):
     shared = True
 
     def __init__(self, order: np.ndarray, ks: np.ndarray):
+        self.order, self.ks = order, ks  # what lattice_kernel.count_words counts along
         self.obs32 = obs_matrix(order, ks)
         self._obs64: np.ndarray | None = None
         self.reps, self.n_j = order.shape[0], len(ks)

@@ -157,6 +157,7 @@ def _block(seed: int, values: np.ndarray, n_pairs: int = 6, n_tasks: int = 30, r
         return (x.astype(np.float32) @ obs).astype(np.float64).reshape(len(x), reps, len(ks))
 
     summer.shared = True  # one set of orders for every pair
+    summer.order, summer.ks = orders, ks  # prefixes of these: what lattice_kernel.count_words counts along
     return vals, ks, summer, rng
 
 
@@ -580,6 +581,36 @@ def test_sparse_brackets_contain_the_exact_tail(shape):
         assert np.all(lo[0] <= exact + 1e-12) and np.all(exact <= hi[0] + 1e-12), (full, np.max(lo[0] - exact))
         assert np.all(1.0 - hi[1] <= mirror + 1e-12) and np.all(mirror <= 1.0 - lo[1] + 1e-12), full
         assert np.quantile((hi - lo)[:, sd > 0], 0.9) < width, full
+
+
+@pytest.mark.parametrize("n_tasks", [30, 300])
+def test_counting_along_orders_equals_the_packed_products(n_tasks):
+    """``lattice_kernel.count_words`` (counts along each order's prefixes) gives the words,
+    counts and value ranges that ``pack_counts`` (matrix products) and ``unpack_counts`` give:
+    8- and 16-bit fields, budgets that repeat a k, and values of 21 columns (several words)."""
+    from service.engine.lattice_kernel import count_words, unpack_counts
+
+    vals, _, _, rng = _block(31, np.arange(-10, 11), n_pairs=5, n_tasks=n_tasks, reps=9)
+    ks = np.array([1, 4, 4, n_tasks // 2, n_tasks])
+    order = np.stack([rng.permutation(n_tasks) for _ in range(9)])
+    rank = np.empty_like(order)
+    rank[np.arange(9)[:, None], order] = np.arange(n_tasks)[None, :]
+    obs = (rank.T[:, :, None] < ks[None, None, :]).reshape(n_tasks, -1).astype(np.float64)
+
+    def products(x):  # noqa: ANN001, ANN202
+        return (x @ obs).reshape(len(x), 9, len(ks))
+
+    want_vals, want_words, want_bits = LD.pack_counts(vals, products, 5 * 9 * len(ks))
+    want_counts, want_lo, want_hi = unpack_counts(want_words, want_bits, len(want_vals))
+    products.order, products.ks = order, ks
+    got = count_words(vals, products)
+    assert got is not None
+    for g, w in zip(got, (want_vals, want_words, want_bits, want_counts, want_lo, want_hi), strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert want_bits == (8 if n_tasks < 256 else 16) and want_words.shape[1] > 1
+    products.ks = ks[::-1]  # budgets out of order: not prefixes to count along
+    assert count_words(vals, products) is None
+    assert count_words(vals, lambda x: x) is None  # a summer without orders (neyman's)
 
 
 def test_compiled_normal_cdf_is_within_its_stated_error():
