@@ -100,7 +100,11 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
     ``e^{-log_inv}`` itself, not by Bennett at the end. The window reaches past Bernstein's
     distance for that mass on each side of the mean (``_reach``), and Bernstein's bound falls
     with the distance, so the bound holds; it is looser than Bennett's, which costs a log and
-    an exp per row, and the few cases it leaves open go to the sums over the whole support."""
+    an exp per row, and the few cases it leaves open go to the sums over the whole support.
+
+    With ``SPARSE_MAGS`` distinct ``|v|`` or more, the terms summed are those above the
+    threshold (not every term up to the last such), at the frequencies ``φ`` was evaluated at;
+    each term left out is under ``eps`` either way, which is what the truncation bound needs."""
     n_rows, n_v = counts.shape
     n_t = cs.shape[0]
     low_v = values[0]
@@ -254,10 +258,10 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
                         g_im[cnt, j] = amp * h_sin[b_at]
                 for x in range(n):  # e^{iω_f x}, every start x mod n
                     _phases(h_cos, h_sin, x, n, m, s_re[x], s_im[x])
-            fly = sparse and rows_of[n] < _FLY_ROWS  # a window of few rows (the whole support):
-            if fly:  # its phases are read off e^{iπp/n} where φ is evaluated, no table
-                pass
-            elif sparse:  # as _phases, frequency by frequency
+            # a window of few rows (the whole support) reads its phases off e^{iπp/n} where φ
+            # is evaluated, without a table
+            fly = sparse and rows_of[n] < _FLY_ROWS
+            if sparse and not fly:  # as _phases, frequency by frequency
                 at_u[:n_u] = 0
                 for j in range(m):
                     for w in range(n_u):
@@ -267,7 +271,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
                         at_u[w] = at
                         cos_t[j, w] = h_cos[at]
                         sin_t[j, w] = h_sin[at]
-            else:
+            elif not sparse:
                 for w in range(n_u):
                     _phases(h_cos, h_sin, mags[w], n, m, cos_t[w], sin_t[w])
         p0 = 0.0
