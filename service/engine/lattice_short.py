@@ -73,12 +73,14 @@ reach), so that a row's projection is one product and one dot product per thresh
 windows read their phases off ``e^{iπp/n}`` term by term."""
 
 
-SPARSE_MAGS = 8
+SPARSE_MAGS = 32
 """From this many distinct ``|v|`` (values -L..L: L of them), ``_brackets`` computes a row's
 ``φ`` frequency by frequency, skipping those that a bound on how fast ``|φ|`` moves shows to be
-below the threshold, and sums only the terms it keeps. Where ``|v|`` are few (5 trials: L = 5)
-the dense passes over every frequency, vectorised, cost less; where they are many (scores of
-step 1/100) nearly every frequency past the main lobe is skipped."""
+below the threshold, and sums only the terms it keeps. Where ``|v|`` are few the dense passes
+over every frequency, vectorised, cost less; where they are many (scores of step 1/100) nearly
+every frequency past the main lobe is skipped. On 4,000 rows of k = 20-285 (2026-12-05), dense
+against sparse: L = 10 14 against 21 ms, L = 20 23 against 31, L = 30 31 against 33, L = 50 46
+against 33, L = 100 292 against 105."""
 
 
 _FLY_ROWS = 4

@@ -554,7 +554,7 @@ def _near_periodic_rows(rng: np.random.Generator, n_rows: int, values: np.ndarra
     return np.array(rows, dtype=np.float64)
 
 
-@pytest.mark.parametrize("shape", ["spread", "near_periodic"])
+@pytest.mark.parametrize("shape", ["spread", "few_tasks", "near_periodic"])
 def test_sparse_brackets_contain_the_exact_tail(shape):
     """Values with many distinct ``|v|`` (``lattice_short.SPARSE_MAGS`` or more: scores of step
     1/40 here) take the sparse sums, which skip the frequencies a bound on ``|φ|``'s slope keeps
@@ -565,10 +565,13 @@ def test_sparse_brackets_contain_the_exact_tail(shape):
 
     if shape == "spread":
         values = np.arange(-40, 41)
-        hist = random_rows(np.random.default_rng(71), 600, values, 150)
-    else:
-        values = np.array([-40, -35, -30, -25, -20, -15, -10, -5, -2, 0, 1, 5, 10, 15, 20, 25, 30, 35, 40])
-        hist = _near_periodic_rows(np.random.default_rng(72), 600, values, 150)
+        hist = random_rows(np.random.default_rng(71), 2000, values, 150)
+    elif shape == "few_tasks":  # short windows with many rows each: the tabled sums
+        values = np.arange(-40, 41)
+        hist = random_rows(np.random.default_rng(74), 2000, values, 20)
+    else:  # multiples of 5 up to 160, and -2 and 1
+        values = np.unique(np.r_[np.arange(-160, 161, 5), -2, 1])
+        hist = _near_periodic_rows(np.random.default_rng(72), 300, values, 80)
     assert len({abs(int(v)) for v in values if v}) >= SPARSE_MAGS
     rng = np.random.default_rng(73)
     k, s, q, vlo, vhi = moments(hist, values)
