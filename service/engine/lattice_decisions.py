@@ -136,6 +136,12 @@ def count_values(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, 
     return vals, counts, words
 
 
+def field_bits(n_tasks: int) -> int:
+    """Bits of a packed count (``pack_counts``): 8 below 256 tasks, 16 below 65,536, else 0
+    (no packing)."""
+    return 8 if n_tasks < 1 << 8 else 16 if n_tasks < 1 << 16 else 0
+
+
 def pack_counts(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, np.ndarray, int]:
     """``(vals, words [cases, W], bits)``: the counts of each distinct value of ``values [P, N]``
     among each case's observed tasks, packed.
@@ -147,13 +153,12 @@ def pack_counts(values: np.ndarray, summer, n_cases: int) -> tuple[np.ndarray, n
     The words code the row exactly, for merging equal rows. From ``2**16`` tasks, ``bits`` is
     0: one float32 sum per value (exact below ``2**24`` tasks), the words their int32 view."""
     vals = np.unique(values)
-    n_tasks = values.shape[1]
-    if n_tasks >= 1 << 16:
+    bits = field_bits(values.shape[1])
+    if not bits:
         counts = np.empty((n_cases, len(vals)), dtype=np.float32)
         for i, v in enumerate(vals):
             counts[:, i] = summer((values == v).astype(np.float32)).ravel()
         return vals, counts.view(np.int32), 0
-    bits = 8 if n_tasks < 1 << 8 else 16
     per = 48 // bits  # fields per word
     slot = np.searchsorted(vals, values)  # [P, N]: each task's value, as a column
     n_words = -(-len(vals) // per)

@@ -35,6 +35,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from service.engine.lattice import BERRY_ESSEEN, SLACK
+from service.engine.lattice_decisions import field_bits
 from service.engine.lattice_short import compiled as _compiled
 from service.engine.lattice_short import short_brackets, short_stage
 
@@ -334,14 +335,14 @@ def count_words(values: np.ndarray, summer) -> tuple | None:
     give them, counted along the orders of a summer whose cases observe prefixes of shared
     orders (``summers.MatrixSummer``) instead of a matrix product per packed word: a word
     product costs pairs x tasks x orders x budgets, the count tasks x orders and a copy per
-    budget (outcomes of step 1/100, 67 words: 2.3 ms a word per block). None where that does
-    not apply (another summer, 2**16 tasks or more, budgets out of order)."""
+    budget (outcomes of step 1/100, up to 67 words: 2.3 ms a word per block). None where that
+    does not apply (another summer, counts too wide to pack, budgets out of order)."""
     order, ks = getattr(summer, "order", None), getattr(summer, "ks", None)
     n_tasks = values.shape[1]
-    if order is None or ks is None or n_tasks >= 1 << 16 or np.any(np.diff(ks) < 0) or (len(ks) and ks[-1] > n_tasks):
+    bits = field_bits(n_tasks)
+    if order is None or ks is None or not bits or np.any(np.diff(ks) < 0) or (len(ks) and ks[-1] > n_tasks):
         return None
     vals = np.unique(values)
-    bits = 8 if n_tasks < 1 << 8 else 16
     slot = np.searchsorted(vals, values).astype(np.int64)
     n_rows = len(values) * order.shape[0] * len(ks)
     words = np.empty((n_rows, -(-len(vals) // (48 // bits))), dtype=np.int64)

@@ -214,7 +214,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
     else:  # by |v|: a row of each is what one value adds to every frequency
         cos_t = np.empty((max(n_u, 1), m_max))
         sin_t = np.empty((max(n_u, 1), m_max))
-    kept = np.empty(m_max, dtype=np.int64)  # the frequencies (f - 1) a sparse row keeps
+    kept = np.empty(m_max if sparse else 1, dtype=np.int64)  # the frequencies (f - 1) a sparse row keeps
     inv_sin = np.empty(m_max)
     h_cos = np.empty(2 * top_n + 2)
     h_sin = np.empty(2 * top_n + 2)
@@ -279,12 +279,9 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
         p0 = 0.0
         sym[:n_u] = 0.0
         anti[:n_u] = 0.0
-        m1, m2 = 0.0, 0.0
         for v in range(n_v):
             if cnt_s[i, v] != 0:
                 p = cnt_s[i, v] / kf
-                m1 += p * values[v]
-                m2 += p * values[v] * values[v]
                 w = u_of[v]
                 if w < 0:
                     p0 = p
@@ -304,7 +301,8 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
             # frequency where |φ| is below sqrt(thr) the next ones up to where it could climb back
             # are below it too, and are left out as the dense sum leaves out those it computes
             root = math.sqrt(max(thr, 0.0))
-            sigma = math.sqrt(max(m2 - m1 * m1, 0.0) + 1e-12 * m2) * (1.0 + 1e-9)
+            # the law's variance from the row's Σv and Σv² (integers, exact in float64)
+            sigma = math.sqrt(max(kf * q[r] - s[r] * s[r], 0.0)) / kf * (1.0 + 1e-9)
             step = sigma * (2.0 * math.pi / n)
             top = 0
             j = 0
@@ -326,7 +324,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
                     j += 1
                     continue
                 gap = root - math.sqrt(a2) - slack  # how far |φ| may rise before it matters
-                j += 1 + (int(min(gap / step, m)) if gap > 0.0 else 0)  # step > 0: a2 = 1 > thr where σ = 0
+                j += 1 + (int(min(gap / step, m)) if gap > 0.0 and step > 0.0 else 0)
         else:
             re[:m] = p0
             im[:m] = 0.0
