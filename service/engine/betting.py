@@ -296,101 +296,25 @@ def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> 
     }
 
 
-class _Wealth:
-    """``ln K⁺_t(μ)`` and ``ln K⁻_t(μ)`` at the last step of ``x``, each ``μ`` tested with bets
-    aimed at it (the construction of the decision, at ``θ_X``): ``_prefix`` once, ``_centre`` per
-    candidate, the decision's own arithmetic (at ``μ = θ_X`` the values are the decision's)."""
-
-    def __init__(self, x: np.ndarray, n: int):
-        self.x, self.n = x, n
-        self.prefix = _prefix(x[None, :], n)
-
-    def __call__(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        c, g = _centre(self.prefix, self.n, np.asarray(mu, dtype=np.float64)[:, None])
-        up, dn = _log_wealth(self.x[None, :], c, *_bets(g, c))
-        return up[:, -1], dn[:, -1]
-
-    def sides(self, mu_up: np.ndarray, mu_dn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``ln K⁺`` at ``mu_up`` and ``ln K⁻`` at ``mu_dn`` only: each end of the sequence
-        needs one of the two processes, and the logarithms are most of the work. The same
-        operations as ``__call__`` on those rows, so the same values to the last bit."""
-        n_up = len(mu_up)
-        c, g = _centre(self.prefix, self.n, np.concatenate([mu_up, mu_dn]).astype(np.float64)[:, None])
-        c_up, g_up, c_dn, g_dn = c[:n_up], g[:n_up], c[n_up:], g[n_up:]
-        x = self.x[None, :]
-        up = np.cumsum(np.log1p(_bet_up(g_up, c_up) * (x - c_up)), axis=1)[:, -1]  # _gains' up side
-        dn = np.cumsum(np.log1p(-_bet_down(g_dn, c_dn) * (x - c_dn)), axis=1)[:, -1]  # and down side
-        return up, dn
-
-
 XTOL = 1e-12
 """Width (in ``X``) of the bracket each end of the confidence sequence is narrowed to (``Δ = 2X − 1``:
-2e-12 in the answer, which prints 12 significant digits; the grid this replaced resolved 1.4e-8
-of the range)."""
-
-
-def _ends(wealth: _Wealth, out: list[float], inn: list[float], f_out: list[float], f_in: list[float],
-          log_inv_a: float) -> list[float]:
-    """Both ends of the confidence sequence at once: the lower where ``ln K⁺(μ)`` falls to
-    ``ln(1/a)`` (``out[0]`` rejected by ``K⁺``, ``inn[0]`` kept), the upper where ``ln K⁻(μ)``
-    rises to it (``inn[1]`` kept, ``out[1]`` rejected by ``K⁻``); an end given with
-    ``out == inn`` is already known; ``f_out``, ``f_in``: that end's ``ln K − ln(1/a)`` there.
-    Returns the kept end of each bracket once it is ``XTOL`` wide: a mean the test keeps,
-    within ``XTOL`` of one it rejects.
-
-    Each step tests, per end, the secant point of the bracket, two guards at ``±e`` around it
-    (``e`` half the secant's last move: near the crossing the secant's error is much smaller,
-    so the guards usually straddle it and the bracket falls to ``2e``) and the midpoint (so the
-    bracket at least halves, whatever the shape of the process): one vectorised evaluation of
-    four means per end, of the one process that end needs. The new bracket is the kept point
-    nearest the rejected end and its rejected neighbour, as a scan of the tested points would
-    give. About seven steps to ``XTOL``."""
-    out, inn, f_out, f_in = list(out), list(inn), list(f_out), list(f_in)
-    move = [abs(out[j] - inn[j]) / 4.0 for j in (0, 1)]
-    last = [math.nan, math.nan]
-    for _ in range(100):
-        if all(abs(out[j] - inn[j]) <= XTOL for j in (0, 1)):
-            break
-        pts: list[list[float]] = []
-        for j in (0, 1):
-            o, i, w = out[j], inn[j], abs(out[j] - inn[j])
-            mid = 0.5 * (o + i)
-            if w <= XTOL:
-                pts.append([mid] * 4)
-                continue
-            p = i - f_in[j] * (o - i) / (f_out[j] - f_in[j]) if f_out[j] != f_in[j] else mid
-            if not (min(o, i) < p < max(o, i)):
-                p = mid
-            if not math.isnan(last[j]):
-                move[j] = abs(p - last[j])
-            last[j] = p
-            e = max(0.5 * move[j], XTOL / 4.0)
-            pts.append([q if min(o, i) < q < max(o, i) else mid for q in (p - e, p, p + e)] + [mid])
-        up, dn = wealth.sides(np.array(pts[0]), np.array(pts[1]))
-        for j in (0, 1):
-            f = (up if j == 0 else dn) - log_inv_a
-            cand = sorted(zip(pts[j], f.tolist(), strict=True), key=lambda pf, o=out[j]: abs(pf[0] - o))
-            for q, fq in cand:  # nearest the rejected end first
-                if fq < 0.0:
-                    inn[j], f_in[j] = q, fq
-                    break
-                out[j], f_out[j] = q, fq
-    return inn
+2e-12 in the answer, which prints 12 significant digits)."""
 
 
 def confidence_sequence(x: np.ndarray, n: int, a: float) -> tuple[float, float]:
     """The confidence sequence for ``μ`` (the mean of ``X``) after the observations ``x``: the
     candidate means that neither capital process has rejected, within the bounds any completion
-    allows. Each ``μ`` is tested with bets aimed at it (``_Wealth``), so ``θ_X`` is outside it
-    exactly when the rule concludes on wealth. Valid at every ``t`` at once:
+    allows. Each ``μ`` is tested with bets aimed at it (the decision's construction at ``θ_X``),
+    so ``θ_X`` is outside it exactly when the rule concludes on wealth. Valid at every ``t`` at once:
     ``P(∃t: μ ∉ CS_t) <= 2a`` (``a`` per side).
 
     ``K⁺`` rejects a lower ray of means and ``K⁻`` an upper one (each factor of ``K⁺`` falls as
     ``μ`` grows near the end, and tests/engine/test_betting_hull.py checks the rays on a dense
     grid with a literal reference), so the set is an interval whose ends are the two crossings
-    of ``ln(1/a)``, found by root-finding from a kept mean (``_ends``) to ``XTOL``. The kept
-    mean is the sample mean, else the first kept point of a 256-point grid; when none is kept
-    (an event of probability <= 2a) the sequence is the sample mean alone."""
+    of ``ln(1/a)``, found by root-finding from a kept mean to ``XTOL`` (``betting_kernel``:
+    compiled, Brent's method). The kept mean is the sample mean, else the first kept point of
+    a 256-point grid; when none is kept (an event of probability <= 2a) the sequence is the
+    sample mean alone."""
     x = np.asarray(x, dtype=np.float64)
     t = len(x)
     if t == 0:
@@ -399,25 +323,6 @@ def confidence_sequence(x: np.ndarray, n: int, a: float) -> tuple[float, float]:
     lo_any, hi_any = s_t / n, (s_t + n - t) / n
     if hi_any - lo_any <= 1e-12:
         return lo_any, hi_any
-    wealth = _Wealth(x, n)
-    log_inv_a = math.log(1.0 / a)
-    m = min(max(s_t / t, lo_any), hi_any)
-    up, dn = wealth(np.array([lo_any, m, hi_any]))
-    f_up, f_dn = (up - log_inv_a).tolist(), (dn - log_inv_a).tolist()
-    kept = [u < 0.0 and d < 0.0 for u, d in zip(f_up, f_dn, strict=True)]
-    start = m
-    if not kept[1]:  # look for a kept mean on a grid, nearest the lower bound first
-        grid = np.linspace(lo_any, hi_any, 256)
-        for lo in range(0, len(grid), 32):
-            g_up, g_dn = wealth(grid[lo : lo + 32])
-            hit = np.flatnonzero((g_up < log_inv_a) & (g_dn < log_inv_a))
-            if len(hit):
-                j = int(hit[0])
-                start, f_up[1], f_dn[1] = float(grid[lo + j]), float(g_up[j]) - log_inv_a, float(g_dn[j]) - log_inv_a
-                break
-        else:
-            return m, m
-    # the brackets [lo_any, start] and [start, hi_any]; a kept bound needs no search (empty bracket)
-    out = [start if kept[0] else lo_any, start if kept[2] else hi_any]
-    lower, upper = _ends(wealth, out, [start, start], [f_up[0], f_dn[2]], [f_up[1], f_dn[1]], log_inv_a)
-    return (lo_any if kept[0] else lower), (hi_any if kept[2] else upper)
+    from service.engine.betting_kernel import confidence_sequence as compiled  # numba: on first use
+
+    return compiled(x, n, s_t, math.log(1.0 / a), False)

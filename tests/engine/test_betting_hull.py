@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from service.engine import betting
+from service.engine import betting, betting_kernel
 from tests.engine.reference import agrapa_bets
 
 RHO = 0.75
@@ -98,36 +98,64 @@ def test_a_short_run_keeps_the_completion_bounds_and_a_full_one_is_exact() -> No
     assert betting.confidence_sequence(np.zeros(0), 10, 0.05) == (0.0, 1.0)
 
 
-def test_start_from_the_grid_when_the_sample_mean_is_rejected(monkeypatch) -> None:
+def test_each_end_is_a_kept_mean_within_xtol_of_a_rejected_one() -> None:
+    """The root-finding's resolution: the lower end is kept and the mean ``XTOL`` below it is
+    rejected by ``K⁺`` (the upper end, ``K⁻``, above it). Judged by the kernel's own wealth,
+    which the next test ties to the literal loop: an end sits within a rounding of the
+    crossing, where two summations may disagree on its side. The 1e-10 of the hull test above
+    would let a search stop 100 times too early."""
+    rng = np.random.default_rng(21)
+    inner = 0
+    for trial in range(60):
+        x, n, a = _case(rng, trial)
+        target = math.log(1 / a)
+        pre = betting_kernel._prefix(x, n)
+
+        def wealth(mu: float, pre=pre, x=x, n=n) -> tuple[float, float]:
+            return (betting_kernel.log_wealth(x, pre, n, mu, True), betting_kernel.log_wealth(x, pre, n, mu, False))
+
+        lower, upper = betting.confidence_sequence(x, n, a)
+        s_t = x.sum()
+        if lower > s_t / n:
+            assert max(wealth(lower)) < target, trial
+            assert wealth(lower - betting.XTOL)[0] >= target, trial
+            inner += 1
+        if upper < (s_t + n - len(x)) / n:
+            assert max(wealth(upper)) < target, trial
+            assert wealth(upper + betting.XTOL)[1] >= target, trial
+            inner += 1
+    assert inner > 60
+
+
+def test_start_from_the_grid_when_the_sample_mean_is_rejected() -> None:
     """The search starts from the sample mean; were it rejected, from the first kept point
-    of a grid: forcing that path gives the same ends."""
+    of a 256-point grid: forcing that path gives the same ends, to the search's resolution."""
     rng = np.random.default_rng(3)
-    x, n, a = _case(rng, 1)
-    want = betting.confidence_sequence(x, n, a)
-    real = betting._Wealth.__call__
-    m = x.sum() / len(x)
-    sizes = []
-
-    def sample_mean_rejected(self, mu):
-        up, dn = real(self, mu)
-        mu = np.asarray(mu)
-        sizes.append(len(mu))
-        return np.where(mu == m, 99.0, up), dn
-
-    monkeypatch.setattr(betting._Wealth, "__call__", sample_mean_rejected)
-    got = betting.confidence_sequence(x, n, a)
-    assert 32 in sizes  # the grid was scanned
-    assert abs(got[0] - want[0]) <= 1e-12 and abs(got[1] - want[1]) <= 1e-12
+    for trial in range(12):
+        x, n, a = _case(rng, trial)
+        s_t = float(x.sum())
+        if (s_t + n - len(x)) / n - s_t / n <= 1e-12:
+            continue
+        want = betting_kernel.confidence_sequence(x, n, s_t, math.log(1 / a), False)
+        got = betting_kernel.confidence_sequence(x, n, s_t, math.log(1 / a), True)
+        assert want == betting.confidence_sequence(x, n, a)
+        assert abs(got[0] - want[0]) <= betting.XTOL and abs(got[1] - want[1]) <= betting.XTOL, trial
 
 
-def test_one_sided_wealth_is_the_two_sided_one_to_the_last_bit() -> None:
-    """The search evaluates only the process each end needs (``_Wealth.sides``); its values
-    must be those of ``_Wealth.__call__`` exactly, or the sequence would stop matching the
-    decision at ``θ_X``."""
+def test_the_kernels_wealth_is_the_decisions() -> None:
+    """The compiled wealth at ``θ_X`` is what the decision compares with ``ln(1/a)``
+    (``betting_statistic``, numpy) and what the literal loop computes, up to the rounding of a
+    logarithm: the sequence excludes ``θ_X`` exactly when the rule concludes on wealth."""
     rng = np.random.default_rng(12)
     for trial in range(20):
-        x, n, _a = _case(rng, trial)
-        wealth = betting._Wealth(x, n)
-        mu_up, mu_dn = rng.uniform(0.05, 0.95, 4), rng.uniform(0.05, 0.95, 4)
-        up, dn = wealth.sides(mu_up, mu_dn)
-        assert np.array_equal(up, wealth(mu_up)[0]) and np.array_equal(dn, wealth(mu_dn)[1]), trial
+        x, n, a = _case(rng, trial)
+        d = 2.0 * x - 1.0
+        pre = betting_kernel._prefix(x, n)
+        for theta in (-0.2, 0.0, 0.1):
+            theta_x = (theta + 1.0) / 2.0
+            up = betting_kernel.log_wealth(x, pre, n, theta_x, True)
+            dn = betting_kernel.log_wealth(x, pre, n, theta_x, False)
+            stat = betting.betting_statistic(d, n, theta, a, len(x))
+            lit = literal_log_wealth(x.tolist(), n, theta_x)
+            for got, want in ((up, stat["log_wealth_up"]), (dn, stat["log_wealth_down"]), (up, lit[0]), (dn, lit[1])):
+                assert abs(got - want) <= 1e-12 * max(1.0, abs(want)), (trial, theta, got, want)
