@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import Any
 
 from service import connection_share
+from service.coalesced_writes import CoalescedWrites
 from service.config import Settings
 
 try:
@@ -69,7 +70,8 @@ if HttpToolsProtocol is not None:
         _opened_at = 0.0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            # a response's head and body leave in one send (coalesced_writes says why)
+            super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
             self._max_bytes, self._timeout = _limits()
             self._arm()
             self._share = connection_share.current()
