@@ -65,6 +65,8 @@ def stratified_orders(labels: np.ndarray, floor: str, reps: int, rng: np.random.
     within = np.argsort(labels[None, :] + rng.random((reps, big_n)), axis=1, kind="stable")
     start = np.concatenate([[0], np.cumsum(n_g)[:-1]])
     prio = rng.random((reps, n_groups))
+    if n_groups == 1:  # every step serves the one group: its shuffle is the order (the draws as below)
+        return within.astype(np.intp, copy=False)
     taken = np.zeros((reps, n_groups), dtype=np.int64)
     out = np.empty((reps, big_n), dtype=np.intp)
     rows = np.arange(reps)

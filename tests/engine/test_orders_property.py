@@ -205,3 +205,16 @@ def test_neyman_allocation_is_proportional_to_size_when_sd_zero(k):
     quota = np.array(sizes) * k / 100
     assert np.all(np.abs(alloc - quota) < 1), (alloc, quota)
     assert math.isclose(alloc.sum(), k)
+
+
+def test_one_group_is_its_own_shuffle_drawn_as_with_many():
+    """With one group every step serves it, so the order is the group's shuffle, taken without
+    the step loop: the same orders and the same draws from the generator as the loop's."""
+    labels = np.zeros(37, dtype=np.intp)
+    for floor in ("proportional", "slack", "one_per_group", "none"):
+        got_rng, want_rng = np.random.default_rng(4), np.random.default_rng(4)
+        got = stratified_orders(labels, floor, 5, got_rng)
+        want = np.argsort(want_rng.random((5, 37)), axis=1, kind="stable")
+        want_rng.random((5, 1))  # the per-order group priorities
+        assert np.array_equal(got, want) and got.dtype == np.intp
+        assert got_rng.random() == want_rng.random()
