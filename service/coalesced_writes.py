@@ -18,6 +18,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+JOIN_BYTES = 64 * 1024
+"""Largest write joined to the one held back: past it, joining would copy more than a second
+``send`` costs (a report of several MB would be copied whole to save one small segment)."""
+
 
 class CoalescedWrites:
     """``transport`` (an ``asyncio.Transport``), one write held back until the next write or
@@ -40,7 +44,11 @@ class CoalescedWrites:
             return
         held, self._held = self._held, None
         self._cancel()
-        self._transport.write(held + data)
+        if len(data) > JOIN_BYTES:  # a large body: two sends cost less than copying it
+            self._transport.write(held)
+            self._transport.write(data)
+        else:
+            self._transport.write(held + data)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:

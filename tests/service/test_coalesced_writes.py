@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.coalesced_writes import CoalescedWrites
+from service.coalesced_writes import JOIN_BYTES, CoalescedWrites
 from tests.service import procs
 
 
@@ -60,6 +60,18 @@ def test_head_and_body_written_in_one_turn_leave_as_one_write() -> None:
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert len(real.writes) == 1  # nothing sent twice
+
+    _on_loop(body)
+
+
+def test_a_large_body_is_not_copied_to_join_it() -> None:
+    async def body(real: Recording, t: CoalescedWrites) -> None:
+        big = b"x" * (JOIN_BYTES + 1)
+        t.write(b"head")
+        t.write(big)
+        assert real.writes == [b"head", big]
+        await asyncio.sleep(0)
+        assert len(real.writes) == 2
 
     _on_loop(body)
 
