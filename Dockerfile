@@ -12,10 +12,10 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY service ./service
 COPY workers ./workers
 COPY migrations ./migrations
-# the imports compile the lattice kernels and the confidence sequence's into numba's cache
+# the imports compile the lattice kernels, the confidence sequence's and the orders' into numba's cache
 # beside them (read by every process)
 RUN pip install . \
- && (cd / && python -c "import service.engine.lattice_kernel, service.engine.betting_kernel") \
+ && (cd / && python -c "import service.engine.lattice_kernel, service.engine.betting_kernel, service.engine.orders_kernel") \
  && useradd --create-home --uid 1000 app \
  && mkdir -p /app/data \
  && chown -R app /app/data

@@ -99,9 +99,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # replay engine, which a replay's submission imports before its job can be sent (70 ms
     # where no bytecode is cached): not its compiled lattice kernels, which only workers run.
     # The anytime rule's compiled confidence sequence is the API's own (0.3 s with numba's
-    # cache, about 30 MB of this process's private memory).
+    # cache, about 30 MB of this process's private memory); with numba loaded, a replay's
+    # estimate sample takes the stratified orders compiled (``orders_kernel``, 5 ms more).
     for module in ("scipy.stats", "service.engine.replay", "service.engine.report", "service.engine.pairs",
-                   "service.engine.betting_kernel"):
+                   "service.engine.betting_kernel", "service.engine.orders_kernel"):
         importlib.import_module(module)
     freeze_startup_objects()
     try:

@@ -5,11 +5,17 @@ generator and returns positions into the pair's task list ``T``: ``order[r, i]``
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from service.engine.coverage import required
 
 INF = np.iinfo(np.int64).max // 4
+COMPILED_STEPS_FROM = 200_000
+"""Orders × tasks × groups from which ``stratified_orders`` takes its step loop compiled
+(``orders_kernel``), in a process that has numba loaded already (a Celery worker, the API, a
+multi-trial replay): below it, or without numba, the numpy loop. The same orders either way."""
 
 
 def uniform_orders(n: int, reps: int, rng: np.random.Generator) -> np.ndarray:
@@ -67,6 +73,10 @@ def stratified_orders(labels: np.ndarray, floor: str, reps: int, rng: np.random.
     prio = rng.random((reps, n_groups))
     if n_groups == 1:  # every step serves the one group: its shuffle is the order (the draws as below)
         return within.astype(np.intp, copy=False)
+    if "numba" in sys.modules and reps * big_n * n_groups >= COMPILED_STEPS_FROM:
+        from service.engine.orders_kernel import edf_orders
+
+        return edf_orders(within, start, n_g, due_pad, prio)
     taken = np.zeros((reps, n_groups), dtype=np.int64)
     out = np.empty((reps, big_n), dtype=np.intp)
     rows = np.arange(reps)

@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 # the compiled short sum too (about 0.45 s and 90 MB, shared by the forked pool): a worker
 # then computes every multi-trial or fractional bootstrap replay with it, not only the large
 # ones that repay loading it (``lattice.kernel_loaded``)
+# ``orders_kernel``: the stratified orders' step loop, compiled (``orders.COMPILED_STEPS_FROM``)
 preload("service.engine.replay", "service.engine.pairs", "service.engine.report", "service.engine.lattice_kernel",
-        "scipy.stats")  # the engine imports it on first use (engine/binom.py)
+        "service.engine.orders_kernel", "scipy.stats")  # scipy: the engine imports it on first use (engine/binom.py)
 
 
 class Interrupted(Exception):

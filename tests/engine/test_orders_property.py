@@ -218,3 +218,27 @@ def test_one_group_is_its_own_shuffle_drawn_as_with_many():
         want_rng.random((5, 1))  # the per-order group priorities
         assert np.array_equal(got, want) and got.dtype == np.intp
         assert got_rng.random() == want_rng.random()
+
+
+def test_the_compiled_step_loop_gives_the_numpy_loops_orders(monkeypatch):
+    """``orders_kernel.edf_orders`` (taken past ``COMPILED_STEPS_FROM`` where numba is loaded)
+    against the numpy loop, on random group sizes (tied deadlines and deficits included: equal
+    sizes) and every floor: the same orders, index for index, and a prefix guarantee kept."""
+    from service.engine import (
+        orders,
+        orders_kernel,  # noqa: F401  (loads numba, as a worker has)
+    )
+
+    rng = np.random.default_rng(8)
+    for trial in range(120):
+        n_groups = int(rng.integers(2, 14))
+        sizes = [int(s) for s in rng.integers(1, 30, n_groups)] if trial % 3 else [7] * n_groups
+        labels = _labels(sizes, rng)
+        floor = FLOORS[trial % 4]
+        reps = int(rng.integers(1, 40))
+        got = {}
+        for path, threshold in (("numpy", 10**18), ("compiled", 0)):
+            monkeypatch.setattr(orders, "COMPILED_STEPS_FROM", threshold)
+            got[path] = stratified_orders(labels, floor, reps, np.random.default_rng(trial))
+        assert np.array_equal(got["numpy"], got["compiled"]) and got["compiled"].dtype == np.intp, trial
+        _check_prefixes(got["compiled"][0], labels, sizes, floor)
