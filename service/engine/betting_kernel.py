@@ -16,7 +16,8 @@ within ``XTOL`` of one it rejects; tests/engine/test_betting_hull.py checks that
 literal reference.
 
 Loaded by a process's first ``anytime`` interval, or at an API worker's start
-(``service.main``), from numba's cache beside this file (compiled there once, about 2 s).
+(``service.main``), from numba's cache beside this file (compiled there once: 2.5 s with the
+orders' kernel, on the first start of a fresh clone).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _end(x, pre, n, inn, f_in, out, f_out, up, log_inv_a):  # pragma: no cover -
     """A mean the ``up`` (or down) process keeps within ``XTOL`` of one it rejects, from a kept
     ``inn`` and a rejected ``out`` (``f``: ``ln K − ln(1/a)`` there, ``>= 0`` rejected).
 
-    Brent's method: ``b`` the latest mean and ``c`` the nearest mean on the other side of the
+    Brent's method: ``b`` the latest mean and ``c`` a tested mean on the other side of the
     crossing, ``a`` the mean before ``b``. Each step interpolates (secant, or inverse quadratic
     through ``a, b, c``) and falls back to the midpoint of ``b, c`` when the interpolated step
     would leave the bracket's inner three quarters or shrinks slower than the steps before it;
