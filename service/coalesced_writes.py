@@ -19,8 +19,8 @@ import asyncio
 from typing import Any
 
 JOIN_BYTES = 64 * 1024
-"""Largest write joined to the one held back: past it, joining would copy more than a second
-``send`` costs (a report of several MB would be copied whole to save one small segment)."""
+"""Largest pair of writes joined (and largest write held back): past it, joining would copy more
+than a second ``send`` costs (a report of several MB copied whole to save one small segment)."""
 
 
 class CoalescedWrites:
@@ -39,12 +39,15 @@ class CoalescedWrites:
         if self._held is None:
             if not data:
                 return
+            if len(data) > JOIN_BYTES:  # too large to be joined to anything: it goes now
+                self._transport.write(data)
+                return
             self._held = bytes(data)  # a caller may reuse a bytearray once write returns
             self._flush_handle = self._loop.call_soon(self._flush)
             return
         held, self._held = self._held, None
         self._cancel()
-        if len(data) > JOIN_BYTES:  # a large body: two sends cost less than copying it
+        if len(held) + len(data) > JOIN_BYTES:  # a large body: two sends cost less than copying it
             self._transport.write(held)
             self._transport.write(data)
         else:

@@ -70,8 +70,10 @@ def test_a_large_body_is_not_copied_to_join_it() -> None:
         t.write(b"head")
         t.write(big)
         assert real.writes == [b"head", big]
+        t.write(big)  # nothing held: a large write goes at once, not on the next turn
+        assert real.writes == [b"head", big, big]
         await asyncio.sleep(0)
-        assert len(real.writes) == 2
+        assert len(real.writes) == 3
 
     _on_loop(body)
 
