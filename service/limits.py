@@ -129,11 +129,9 @@ def _literal_message(plan: Plan, draws: int, limit: int) -> str:
     """Why a replay's literal resampling is refused, and the ways out: fewer draws, or outcomes
     on a grid the exact convolutions take (``Plan.fft_bootstrap``)."""
     from service.engine import rules as R
-    from service.engine.coverage import budget_k
 
-    spec = plan.spec
-    kmax = max(1, budget_k(max(spec.budgets), plan.records.n_tasks))
-    grid = min(R.MAX_FFT // (2 * kmax), R.MAX_LATTICE)
+    spec, kmax = plan.spec, plan.kmax
+    grid = min(R.MAX_FFT // (2 * kmax), R.MAX_LATTICE)  # the largest L with Plan.fft_bootstrap
     where = "on no grid of step 1/L" if plan.lattice is None else f"on a grid of step 1/{plan.lattice}"
     return (
         f"these outcomes lie {where}, too fine for exact convolutions over {kmax:,} tasks, so each case of a finite "

@@ -89,10 +89,10 @@ class Plan:
                     known = ", ".join(filtered.metadata) or "none"
                     raise SpecError("groups", f"group column '{c}' is not in the dataset (metadata: {known})")
         self.lattice = R.find_lattice(filtered.y[filtered.observed])
-        kmax = max(1, budget_k(max(spec.budgets), filtered.n_tasks))
+        self.kmax = max(1, budget_k(max(spec.budgets), filtered.n_tasks))  # tasks at the largest budget
         # The exact resampling tail is a convolution on the lattice; past this size (or with
         # no lattice) finite B is replayed by literal resampling and "exact" is refused.
-        self.fft_bootstrap = self.lattice is not None and 2 * self.lattice * kmax <= R.MAX_FFT
+        self.fft_bootstrap = self.lattice is not None and 2 * self.lattice * self.kmax <= R.MAX_FFT
         if not self.fft_bootstrap and any(p.rule == "bootstrap" for p in spec.policies) and "exact" in spec.bootstrap:
             why = f"no grid of step 1/L with L <= {R.MAX_LATTICE}" if self.lattice is None else f"L = {self.lattice}"
             raise SpecError(
