@@ -173,6 +173,8 @@ def _coverage_met(plan: Plan, ts_id: int, cfg: Config, summer: Summer, reps: int
     if counts is not None:  # neyman: the allocation [P, J, G], the same for every order
         met = np.all(counts >= req[None], axis=2) & feas[None, :]
         return np.broadcast_to(met[:, None, :], (len(counts), reps, len(ts.ks)))
+    if n_groups == 1:  # case (r, j) holds ks[j] tasks, all of the one group: met wherever feasible
+        return np.broadcast_to(feas[None, None, :], (1, reps, len(ts.ks)))
     onehot = np.zeros((n_groups, len(lab)), dtype=np.float32)
     onehot[lab, np.arange(len(lab))] = 1.0
     cnt = summer(onehot)  # [G, R, J]

@@ -103,3 +103,33 @@ def test_closed_forms_per_distinct_sample_equal_them_per_case():
             np.testing.assert_array_equal(
                 C._closed_form(rule, s_u, q_u, ks[uj].astype(np.float64), 120, theta, 0.05, 1)[inv], per_case
             )
+
+
+def test_coverage_of_one_group_equals_the_counted_observations():
+    """With one group (no grouping) ``_coverage_met`` reads each case's count off its budget
+    instead of a product with the observation matrix: the same answer, for every floor, as
+    counting the observed tasks of each order and budget and comparing with the floor."""
+    from service.engine.coverage import required
+    from service.engine.records import from_rows
+    from service.engine.replay import plan_replay
+    from service.engine.spec import make_spec
+
+    rng = np.random.default_rng(5)
+    rows = [{"system": s, "task_id": f"t{t:02d}", "outcome": int(rng.random() < 0.5), "group": f"g{t % 3}"}
+            for s in "ABC" for t in range(30)]
+    records = from_rows(rows)
+    for floor in ("proportional", "slack", "one_per_group", "none"):
+        spec = make_spec(policies=["coverage_bootstrap"], deltas=[0], budgets=(0.03, 0.1, 0.5, 1.0), orders=6,
+                         floors=[floor], groups=[None, "group"], seed=1)
+        plan = plan_replay(records, spec)
+        for cfg in plan.configs:
+            ts = plan._tasksets[0]
+            order = plan._orders(0, 0, cfg.policy, cfg.group, cfg.floor, -1)
+            got = C._coverage_met(plan, 0, cfg, S.MatrixSummer(order, ts.ks), spec.orders, None)
+            lab, n_groups = plan._labels(0, cfg.group)
+            n_g = np.bincount(lab, minlength=n_groups)
+            req = required(floor, ts.ks, n_g)
+            want = np.array([[bool(np.all(np.bincount(lab[order[r, :k]], minlength=n_groups) >= req[j]))
+                              and req[j].sum() <= k for j, k in enumerate(ts.ks)] for r in range(spec.orders)])
+            assert got.shape == (1, spec.orders, len(ts.ks))
+            np.testing.assert_array_equal(got[0], want, err_msg=f"{floor} {cfg.group}")
