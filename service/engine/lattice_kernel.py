@@ -8,7 +8,8 @@ the arithmetic, were most of a replay. Here:
 
 - ``first_stages``: one pass over the cases: Bennett's bracket (or Berry–Esseen's first, near
   the mean, where Bennett's says little, and for the exact rule wherever Bennett's cannot
-  reach the breakpoint), the decision at both ends, Berry–Esseen where they differ, each end
+  reach the breakpoint; Bernstein's, looser and without a log, before it, kept where it
+  settles the case), the decision at both ends, Berry–Esseen where they differ, each end
   only where it can settle the case (``lattice.bennett_bracket``, ``lattice.berry_esseen_bracket``);
 - ``short_stage``: the short sums of the laws of the open cases, each distinct law summed once,
   then the sums over the whole support for the few still open (``lattice_short``, imported
@@ -52,6 +53,42 @@ def _bennett(t, var_sum, b):  # pragma: no cover - compiled
     h = (u + 1.0) * math.log1p(u) - u
     bound = math.exp(-(var_sum / (b * b)) * h)
     return 1.0 if math.isnan(bound) else bound
+
+
+@_compiled
+def _bernstein(t, var_sum, b):  # pragma: no cover - compiled
+    """Bernstein's bound on ``P(S - E S >= t)``, ``e^{-t²/2(v + bt/3)}``: never below
+    Bennett's (``h(u) >= u²/2(1 + u/3)``), and without its log. 1 where Bennett's says nothing."""
+    if t <= 0.0 or var_sum <= 0.0 or b <= 0.0:
+        return 1.0
+    bound = math.exp(-(t * t) / (2.0 * (var_sum + b * t / 3.0)))
+    return 1.0 if math.isnan(bound) else bound
+
+
+@_compiled
+def _bound(t, var_sum, b, tight):  # pragma: no cover - compiled
+    return _bennett(t, var_sum, b) if tight else _bernstein(t, var_sum, b)
+
+
+@_compiled
+def _tail_ends(kf, si, ci, var_sum, mean, vlo, vhi, below, tight):  # pragma: no cover - compiled
+    """``lattice.bennett_bracket``'s ``(lo, hi)`` for one case outside the middle, by Bennett's
+    bound (``tight``) or Bernstein's (looser, a log cheaper), widened for rounding."""
+    if below:  # c below the mean: the bound caps the upper end
+        h_i = _bound(si - ci, var_sum, (mean - vlo) * (1.0 + 1e-12), tight)
+        l_i = 0.0
+        if ci + 1.0 > si:
+            l_i = 1.0 - _bound(ci + 1.0 - si, var_sum, (vhi - mean) * (1.0 + 1e-12), tight)
+    else:
+        h_i = 1.0
+        l_i = 1.0 - _bound(ci + 1.0 - si, var_sum, (vhi - mean) * (1.0 + 1e-12), tight)
+    h_i = min(1.0, h_i * (1.0 + SLACK) + SLACK)
+    l_i = max(0.0, l_i * (1.0 - SLACK) - SLACK)
+    if ci < kf * vlo:
+        l_i = h_i = 0.0
+    elif ci >= kf * vhi:
+        l_i = h_i = 1.0
+    return l_i, h_i
 
 
 NORMAL_CDF_ERROR = 1e-7
@@ -140,6 +177,10 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, far, lo, hi, 
     the case has not had it. A case still open (or not decidable here) is left for the later
     stages in ``open_``. Returns the cases Berry–Esseen refined.
 
+    Bernstein's bracket comes before Bennett's (a log1p costs 21 ns here, an exp 8): on 12 x
+    300 ten-trial records it settled 85 % of the cases and took a quarter off the stage; on
+    terminal_bench_core_0.1.1 40 % and a tenth, exact, and no measurable change with B = 200.
+
     ``far``: the squared distance (in standard deviations of ``S``) within which Bennett's
     bound on the end that would conclude cannot conclude (``first_stages``); such a case skips
     it, as in the middle (``_MIDDLE``)."""
@@ -154,22 +195,25 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, far, lo, hi, 
             mean = si / max(kf, 1.0)
             below = si > ci  # c below the mean: Bennett bounds the upper end, else the lower
             t = si - ci if below else ci + 1.0 - si
+            ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
             if (ci + 0.5 - si) ** 2 < _MIDDLE * var_sum or (below == pos[i] and t * t < far * var_sum):
                 h_i, l_i = 1.0, 0.0  # Bennett's bound says little here: Berry–Esseen next
-            elif below:
-                h_i = _bennett(si - ci, var_sum, (mean - vlo[i]) * (1.0 + 1e-12))
-                l_i = 0.0
-                if ci + 1.0 > si:
-                    l_i = 1.0 - _bennett(ci + 1.0 - si, var_sum, (vhi[i] - mean) * (1.0 + 1e-12))
+                if ci < kf * vlo[i]:
+                    l_i = h_i = 0.0
+                elif ci >= kf * vhi[i]:
+                    l_i = h_i = 1.0
             else:
-                h_i = 1.0
-                l_i = 1.0 - _bennett(ci + 1.0 - si, var_sum, (vhi[i] - mean) * (1.0 + 1e-12))
-            h_i = min(1.0, h_i * (1.0 + SLACK) + SLACK)
-            l_i = max(0.0, l_i * (1.0 - SLACK) - SLACK)
-            if ci < kf * vlo[i]:
-                l_i = h_i = 0.0
-            elif ci >= kf * vhi[i]:
-                l_i = h_i = 1.0
+                # Bernstein's bracket first: where it settles the case, Bennett's (inside it)
+                # would settle it the same way, and the log is saved. The case then keeps
+                # stage -1 (no Bennett bracket), so another rule on these brackets starts over.
+                l_i, h_i = _tail_ends(kf, si, ci, var_sum, mean, vlo[i], vhi[i], below, False)
+                d = _settled(l_i, h_i, pos[i], exact, a, ti_lo, ti_hi)
+                if d != _OPEN:
+                    lo[i], hi[i] = l_i, h_i
+                    out[i] = d
+                    open_[i] = False
+                    continue
+                l_i, h_i = _tail_ends(kf, si, ci, var_sum, mean, vlo[i], vhi[i], below, True)
             lo[i], hi[i] = l_i, h_i
             stage[i] = 0
         ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0

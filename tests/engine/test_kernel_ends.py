@@ -109,3 +109,21 @@ def test_first_stage_brackets_hold_the_exact_tail(exact):
         settled = ~open_
         assert settled.any() and open_.any()  # both kinds met
         np.testing.assert_array_equal(out[settled], want[settled])  # (finite B: the sure thresholds')
+
+
+def test_bernsteins_bound_is_never_below_bennetts():
+    """The first stages try Bernstein's bracket before Bennett's and keep it where it settles a
+    case: sound only if Bernstein's bound is never the tighter one (``h(u) >= u²/2(1 + u/3)``),
+    here over three decades of ``u = bt/v`` either side of 1, and the guards alike."""
+    rng = np.random.default_rng(7)
+    for _ in range(20_000):
+        var = 10.0 ** rng.uniform(-2, 4)
+        b = 10.0 ** rng.uniform(-2, 2)
+        t = var / b * 10.0 ** rng.uniform(-3, 3)
+        bennett, bernstein = K._bennett(t, var, b), K._bernstein(t, var, b)
+        assert bernstein >= bennett * (1.0 - 1e-12), (t, var, b)
+    # far apart where u is large (Bennett's log pays there), together where it is small
+    assert K._bernstein(50.0, 10.0, 5.0) > 100 * K._bennett(50.0, 10.0, 5.0)
+    assert K._bernstein(5.0, 100.0, 0.01) == pytest.approx(K._bennett(5.0, 100.0, 0.01), rel=1e-3)
+    for args in ((0.0, 1.0, 1.0), (1.0, 0.0, 1.0), (1.0, 1.0, 0.0), (-1.0, 1.0, 1.0)):
+        assert K._bernstein(*args) == K._bennett(*args) == 1.0
