@@ -92,3 +92,53 @@ def test_the_replay_command_and_the_celery_worker_keep_freed_memory(broker, tmp_
     out = probe(setup)
     assert out["ok"] is True
     assert kept(out), out
+
+
+HUGE_PROBE = """
+import json, resource, threading
+import numpy as np
+ok = {setup}
+def touch():  # 16 arrays of 3 MB: below numpy's own huge-page request (4 MB and up), as are most
+    held = [np.empty(3 << 17) for _ in range(16)]  # of a replay's per-block arrays
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for a in held:
+        a.fill(1.0)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+faults = []
+touch()  # in the main thread
+t = threading.Thread(target=touch)  # and in another, as a threaded replay's blocks are
+t.start(); t.join()
+with open("/proc/self/smaps_rollup") as f:
+    huge = [int(line.split()[1]) for line in f if line.startswith("AnonHugePages:")][0]
+print(json.dumps({{"ok": ok, "faults": faults, "huge_kb": huge}}))
+"""
+
+
+def _thp_on_request() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read()
+    except OSError:
+        return False
+    return "[always]" in mode or "[madvise]" in mode
+
+
+@pytest.mark.skipif(not _thp_on_request(), reason="the kernel offers no transparent huge pages")
+def test_a_replay_process_faults_its_heap_in_huge_pages():
+    """48 MB written in the main thread and then in another: 12,288 faults each in 4 kB pages;
+    with the heap marked for huge pages (and one arena, so the other thread allocates there too)
+    a few dozen, and the process holds huge pages. Without the setting, the 4 kB faults."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+
+    def run(setup: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", HUGE_PROBE.format(setup=setup)], cwd=ROOT, env=base,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    default = run("None")
+    assert all(f > 10_000 for f in default["faults"]), default
+    out = run(KEEP)
+    assert out["ok"] is True
+    assert all(f < 1_000 for f in out["faults"]), out
+    assert out["huge_kb"] >= 40 << 10, out
