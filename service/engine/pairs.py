@@ -46,7 +46,8 @@ class PairTable:
     def rows(self, index: np.ndarray | None = None) -> list[dict[str, object]]:
         """The report's ``per_pair`` rows (all of them, or those at ``index``, in that order)."""
         idx = np.arange(len(self)) if index is None else np.asarray(index, dtype=np.intp)
-        names, tot = self.systems, self.total
+        names = self.systems
+        share = self._shares() if len(idx) else []
         acc, rej, dfr = (x[idx].tolist() for x in (self.accept, self.reject, self.defer))
         return [
             {
@@ -55,9 +56,9 @@ class PairTable:
                 "n_tasks": n,
                 "delta_full": _clean(d),
                 "full_decision": "positive" if pos else "negative",
-                "accept": [_clean(x / tot) for x in acc[i]],
-                "reject": [_clean(x / tot) for x in rej[i]],
-                "defer": [_clean(x / tot) for x in dfr[i]],
+                "accept": [share[x] for x in acc[i]],
+                "reject": [share[x] for x in rej[i]],
+                "defer": [share[x] for x in dfr[i]],
             }
             for i, (a, b, n, d, pos) in enumerate(
                 zip(
@@ -70,6 +71,13 @@ class PairTable:
                 )
             )
         ]
+
+    def _shares(self) -> list[float | None]:
+        """``clean(x / total)`` for every count ``x`` from 0 to ``total``: a share is one of these
+        few values, and formatting each anew was most of the rows' cost (17,822 pairs x 19
+        budgets x 3 shares: 0.45 of 0.58 s)."""
+        tot = self.total
+        return [_clean(x / tot) for x in range(int(tot) + 1)]
 
     def select(
         self, *, systems: list[str] | None = None, query: str = "", sort: str = "pair", descending: bool = False

@@ -49,6 +49,10 @@ def test_rows_are_the_reports_and_survive_storage(replayed: tuple) -> None:
         a, b = plan.pairs[p]
         assert rows[-1]["a"] == plan.records.systems[a] and rows[-1]["b"] == plan.records.systems[b]
         assert rows[-1]["accept"] == [float(f"{x / tot:.12g}") for x in acc[p, c].sum(axis=0)]
+        for key in ("accept", "reject", "defer"):  # every share of every row (read off a table of them)
+            counts = np.concatenate([getattr(ch, key) for ch in chunks])[:, c].sum(axis=1)  # [pairs, budgets]
+            want = [[float(f"{x / tot:.12g}") for x in counts[q]] for q in np.flatnonzero(plan.applicable[:, c])]
+            assert [r[key] for r in rows] == want, key
         assert PairTable.from_bytes(table.to_bytes()).rows() == rows
         rebuilt = PairTable.from_rows(list(plan.records.systems), rows, tot, len(plan.spec.budgets))
         assert rebuilt.rows() == rows
