@@ -142,7 +142,10 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
         last = max(int(math.ceil(s[r] + _reach(var_sum, b_hi, log_inv))), c_max)
         n = last - first + 1
         if n > 16:  # up to a step of a quarter octave: fewer lengths, fewer tables to build
-            step = 1 << max(0, int(math.log2(n)) - 2)
+            top_bit = 0  # floor(log2(n)), without a float log per row
+            while (n >> (top_bit + 1)) > 0:
+                top_bit += 1
+            step = 1 << max(0, top_bit - 2)
             n = -(-n // step) * step
         n |= 1  # odd: no Nyquist term
         exact_n = (span * kk + 1) | 1
