@@ -127,3 +127,39 @@ def test_bernsteins_bound_is_never_below_bennetts():
     assert K._bernstein(5.0, 100.0, 0.01) == pytest.approx(K._bennett(5.0, 100.0, 0.01), rel=1e-3)
     for args in ((0.0, 1.0, 1.0), (1.0, 0.0, 1.0), (1.0, 1.0, 0.0), (-1.0, 1.0, 1.0)):
         assert K._bernstein(*args) == K._bennett(*args) == 1.0
+
+
+def test_a_second_rule_reads_the_first_rules_bernstein_brackets():
+    """Brackets are shared by the rules at one threshold. A case that Bernstein's bracket
+    settled for the first rule (finite B) is left at ``_BERNSTEIN`` with that bracket; the
+    second rule (exact) tries it before Bennett's. Every bracket still holds the exact tail,
+    and every case the second rule settles is settled as its exact tail decides."""
+    from service.engine import lattice as LT
+    from service.engine.lattice_decisions import _finite_b_decide
+    from tests.engine.test_lattice import VALUE_SETS, moments, random_rows
+
+    rng = np.random.default_rng(13)
+    a, big_b = 0.05, 200
+    for values in VALUE_SETS:
+        hist = random_rows(rng, 1500, values, 80)
+        k, s, q, vlo, vhi = moments(hist, values)
+        sd = np.sqrt(np.maximum(k * q - s * s, 0) / np.maximum(k, 1))
+        c = np.rint(s + rng.normal(0, 2.0, len(k)) * np.maximum(sd, 1.0)).astype(np.int64)
+        pos = rng.random(len(k)) < 0.5
+        tail = LT.tail(hist, values, c)
+        _, t_lo, t_hi = _finite_b_decide(a, big_b, pos, rng.random(len(k)))
+        args = (k, s.astype(np.float64), q.astype(np.float64), vlo, vhi, c, pos, a)
+
+        def fresh():
+            return (np.zeros(len(k)), np.ones(len(k)), np.full(len(k), -1, dtype=np.int8),
+                    np.zeros(len(k), dtype=np.int8), np.zeros(len(k), dtype=bool))
+
+        lo, hi, stage, out, open_ = fresh()
+        K.first_stages(*args, t_lo, t_hi, lo, hi, stage, out, open_)  # the finite-B rule first
+        left = stage == K._BERNSTEIN
+        assert left.any() and (stage == 0).any()  # both kinds of bracket are left
+        K.first_stages(*args, None, None, lo, hi, stage, out, open_)  # then the exact rule
+        assert np.all(lo <= tail + 1e-12) and np.all(tail <= hi + 1e-12), values
+        want = R.bootstrap_from_tail(tail, pos, a, "exact")
+        np.testing.assert_array_equal(out[~open_], want[~open_])
+        assert (~open_[left]).any()  # some settled again from the stored bracket
