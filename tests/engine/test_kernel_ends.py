@@ -71,6 +71,21 @@ def test_bennett_cannot_conclude_where_the_first_stage_skips_it(a):
     assert K._bennett(np.sqrt(far * var) * 1.05, var, b) < a
 
 
+def _cases(rng, values, n: int, spread: float) -> tuple:
+    """``n`` assorted histograms over ``values`` (up to 80 tasks), their moments, thresholds
+    about ``spread`` standard deviations either side of the mean, a side each, and the exact
+    tails: what the first stages take, and what they must bracket."""
+    from service.engine import lattice as LT
+    from tests.engine.test_lattice import moments, random_rows
+
+    hist = random_rows(rng, n, values, 80)
+    k, s, q, vlo, vhi = moments(hist, values)
+    sd = np.sqrt(np.maximum(k * q - s * s, 0) / np.maximum(k, 1))
+    c = np.rint(s + rng.normal(0, spread, len(k)) * np.maximum(sd, 1.0)).astype(np.int64)
+    pos = rng.random(len(k)) < 0.5
+    return k, s, q, vlo, vhi, c, pos, LT.tail(hist, values, c)
+
+
 @pytest.mark.parametrize("exact", [True, False])
 def test_first_stage_brackets_hold_the_exact_tail(exact):
     """Whatever ends the compiled first stages compute or leave (Bennett skipped in the middle
@@ -78,19 +93,13 @@ def test_first_stage_brackets_hold_the_exact_tail(exact):
     holds the exact tail, and a case they settle is settled as its exact tail decides: on
     assorted histograms over several lattices, thresholds near the mean and far from it,
     cases above θ and below it."""
-    from service.engine import lattice as LT
     from service.engine.lattice_decisions import _finite_b_decide
-    from tests.engine.test_lattice import VALUE_SETS, moments, random_rows
+    from tests.engine.test_lattice import VALUE_SETS
 
     rng = np.random.default_rng(11 if exact else 12)
     a, big_b = 0.05, 200
     for values in VALUE_SETS:
-        hist = random_rows(rng, 1200, values, 80)
-        k, s, q, vlo, vhi = moments(hist, values)
-        sd = np.sqrt(np.maximum(k * q - s * s, 0) / np.maximum(k, 1))
-        c = np.rint(s + rng.normal(0, 1.5, len(k)) * np.maximum(sd, 1.0)).astype(np.int64)
-        pos = rng.random(len(k)) < 0.5
-        tail = LT.tail(hist, values, c)
+        k, s, q, vlo, vhi, c, pos, tail = _cases(rng, values, 1200, 1.5)
         if exact:
             t_lo = t_hi = None
             want = R.bootstrap_from_tail(tail, pos, a, "exact")
@@ -134,27 +143,18 @@ def test_a_second_rule_reads_the_first_rules_bernstein_brackets():
     settled for the first rule (finite B) is left at ``_BERNSTEIN`` with that bracket; the
     second rule (exact) tries it before Bennett's. Every bracket still holds the exact tail,
     and every case the second rule settles is settled as its exact tail decides."""
-    from service.engine import lattice as LT
     from service.engine.lattice_decisions import _finite_b_decide
-    from tests.engine.test_lattice import VALUE_SETS, moments, random_rows
+    from tests.engine.test_lattice import VALUE_SETS
 
     rng = np.random.default_rng(13)
     a, big_b = 0.05, 200
     for values in VALUE_SETS:
-        hist = random_rows(rng, 1500, values, 80)
-        k, s, q, vlo, vhi = moments(hist, values)
-        sd = np.sqrt(np.maximum(k * q - s * s, 0) / np.maximum(k, 1))
-        c = np.rint(s + rng.normal(0, 2.0, len(k)) * np.maximum(sd, 1.0)).astype(np.int64)
-        pos = rng.random(len(k)) < 0.5
-        tail = LT.tail(hist, values, c)
+        k, s, q, vlo, vhi, c, pos, tail = _cases(rng, values, 1500, 2.0)
         _, t_lo, t_hi = _finite_b_decide(a, big_b, pos, rng.random(len(k)))
         args = (k, s.astype(np.float64), q.astype(np.float64), vlo, vhi, c, pos, a)
 
-        def fresh():
-            return (np.zeros(len(k)), np.ones(len(k)), np.full(len(k), -1, dtype=np.int8),
-                    np.zeros(len(k), dtype=np.int8), np.zeros(len(k), dtype=bool))
-
-        lo, hi, stage, out, open_ = fresh()
+        lo, hi, stage = np.zeros(len(k)), np.ones(len(k)), np.full(len(k), -1, dtype=np.int8)
+        out, open_ = np.zeros(len(k), dtype=np.int8), np.zeros(len(k), dtype=bool)
         K.first_stages(*args, t_lo, t_hi, lo, hi, stage, out, open_)  # the finite-B rule first
         left = stage == K._BERNSTEIN
         assert left.any() and (stage == 0).any()  # both kinds of bracket are left
