@@ -194,12 +194,12 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, far, lo, hi, 
         si = s[i]
         ci = float(c[i])
         kq_ss = max(kf * q[i] - si * si, 0.0)
+        ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
         if stage[i] < 0:  # lattice.bennett_bracket
             var_sum = kq_ss / max(kf, 1.0) * (1.0 + 1e-12)
             mean = si / max(kf, 1.0)
             below = si > ci  # c below the mean: Bennett bounds the upper end, else the lower
             t = si - ci if below else ci + 1.0 - si
-            ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
             if (ci + 0.5 - si) ** 2 < _MIDDLE * var_sum or (below == pos[i] and t * t < far * var_sum):
                 # Bennett's bound says little here: Berry–Esseen next (from Bernstein's
                 # bracket where another rule left one: it holds, and is no wider)
@@ -229,7 +229,6 @@ def _first_stages(k, s, q, vlo, vhi, c, pos, exact, a, t_lo, t_hi, far, lo, hi, 
                 l_i, h_i = _tail_ends(kf, si, ci, var_sum, mean, vlo[i], vhi[i], below, True)
             lo[i], hi[i] = l_i, h_i
             stage[i] = 0
-        ti_lo, ti_hi = t_lo[i] if not exact else 0.0, t_hi[i] if not exact else 0.0
         d = _settled(lo[i], hi[i], pos[i], exact, a, ti_lo, ti_hi)
         if d != _OPEN:
             out[i] = d

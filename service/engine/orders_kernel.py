@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from service.engine.lattice_short import compiled
+from service.engine.orders import INF
 
-_CLOSED = np.iinfo(np.int64).max // 4 + 1  # orders.INF + 1: a group with no task left
+_CLOSED = INF + 1  # past any deadline: a group with no task left
 
 
 @compiled
