@@ -11,10 +11,10 @@ as many threads as the host gives it, up to four), then again with ``--threads 1
 on one thread, as the CLI ran when issue 13 set its goal), which must write the same report;
 then, for each worker count, ``sufficiency serve`` and that many ``sufficiency worker
 --concurrency 1`` processes start against a private Postgres database and Redis queue (created
-and removed here), the records are uploaded and the replay submitted, and its end awaited as a
-client should, with ``GET /v1/replays/{id}?wait=`` (``--poll S`` reads the status every S
-seconds instead: at 0.05 s that cost the API about 0.4 s of CPU per 5 s replay, on the cores
-the workers share). Reported per run: wall time from submission to a stored
+and removed here) and are waited for until ready (``--alive-file``), the records are uploaded
+and the replay submitted, and its end awaited as a client should, with ``GET /v1/replays/{id}?wait=``
+(``--poll S`` reads the status every S seconds instead: at 0.05 s that cost the API about
+0.4 s of CPU per 5 s replay, on the cores the workers share). Reported per run: wall time from submission to a stored
 report and its ratios to the CLI's two times in this run (the host is shared: only the ratio
 means much), the CPU seconds of the CLI, of each worker and of the API process during the
 replay (the POST's share apart), the peak resident memory of the CLI and of each worker
@@ -127,6 +127,24 @@ def run_cli(records: Path, cli_args: list[str], out: Path) -> tuple[float, float
     return seconds, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, c1.ru_maxrss / 1024
 
 
+def wait_ready(alive: list[Path], pool: list[subprocess.Popen], timeout: float) -> list[float]:
+    """Wait until every worker has touched its ``--alive-file`` (Celery's ``worker_ready``: its
+    imports done and its pool started); seconds each took. A replay is timed on running
+    workers, as a deployment has them: a worker's first start on a fresh checkout also
+    compiles numba's cache of the engine's kernels (10-17 s on two cores), once per install."""
+    start, took = time.monotonic(), [0.0] * len(alive)
+    while not all(took):
+        for i, (f, proc) in enumerate(zip(alive, pool, strict=True)):
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker {i} exited with {proc.returncode} before it was ready")
+            if not took[i] and f.exists():
+                took[i] = max(time.monotonic() - start, 1e-3)
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"workers not ready after {timeout:.0f} s")
+        time.sleep(0.05)
+    return took
+
+
 def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tuple[float, float], tmp: Path,
              timeout: float, repeat: bool = False, profile: Path | None = None, poll: float = 0.0) -> dict:
     """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks.
@@ -154,17 +172,23 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
         )
         port = procs.free_port()
         started.append(procs.start(["serve", "--port", str(port)], env, tmp / f"api{workers}.log"))
-        pool = []
+        pool, alive = [], [tmp / f"worker{workers}_{i}.alive" for i in range(workers)]
+        boot = time.monotonic()
         for i in range(workers):
             pool.append(
                 procs.start(
-                    ["worker", "--concurrency", "1", "--loglevel", "warning"], env, tmp / f"worker{workers}_{i}.log"
+                    ["worker", "--concurrency", "1", "--loglevel", "warning", "--alive-file", str(alive[i])],
+                    env,
+                    tmp / f"worker{workers}_{i}.log",
                 )
             )
         started += pool
         base = f"http://127.0.0.1:{port}"
         procs.wait_http(f"{base}/readyz", timeout=60)
-        time.sleep(3)  # let the workers connect before timing
+        ready_seconds = wait_ready(alive, pool, timeout=600)
+        print(f"{workers} worker(s) ready {time.monotonic() - boot:.1f} s after their start "
+              f"(each: {', '.join(f'{x:.1f}' for x in ready_seconds)} s)", flush=True)
+        time.sleep(1)  # the pool processes' own warm-up (a database and a broker connection)
         with httpx.Client(base_url=base, timeout=120) as http:
             r = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")})
             r.raise_for_status()
