@@ -102,9 +102,28 @@ def preload(*modules: str) -> None:
     PRELOAD.extend(m for m in modules if m not in PRELOAD)
 
 
-def import_preloaded() -> None:
-    for name in PRELOAD:
+SLOW_START_SECONDS = 3.0
+"""Start-up imports slower than this are logged with the likely reason (``import_modules``)."""
+
+
+def import_modules(names: list[str] | tuple[str, ...], who: str, slow: float = SLOW_START_SECONDS) -> float:
+    """Import ``names`` now, as a process starts; their seconds. Past ``slow`` it says so in
+    the log: on a fresh install, the first process to import the engine's compiled kernels
+    compiles them into numba's cache (10-20 s on two cores, once per install), and an
+    operator otherwise sees a worker or a server that is silent that long before it is ready."""
+    start = time.perf_counter()
+    for name in names:
         importlib.import_module(name)
+    took = time.perf_counter() - start
+    if took > slow:
+        log.warning("%s: start-up imports took %.1f s; on a fresh install numba compiles the engine's kernels "
+                    "into its cache once (later starts read it)", who, took)
+    return took
+
+
+def import_preloaded() -> float:
+    """``PRELOAD``'s modules (``import_modules``): a worker's, before its pool starts."""
+    return import_modules(PRELOAD, "worker")
 
 
 def load_tasks() -> None:

@@ -27,7 +27,7 @@ from service.db import engine_for, make_sessionmaker, run_migrations
 from service.docs import install_docs
 from service.engine.blas import one_blas_thread
 from service.errors import ErrorBody, install_handlers
-from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, bind_runner
+from service.jobs import CeleryRunner, InProcessRunner, JobRunner, TaskContext, bind_runner, import_modules
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The anytime rule's compiled confidence sequence is the API's own (0.3 s with numba's
     # cache, about 30 MB of this process's private memory); with numba loaded, a replay's
     # estimate sample takes the stratified orders compiled (``orders_kernel``, 5 ms more).
-    for module in ("scipy.stats", "service.engine.replay", "service.engine.report", "service.engine.pairs",
-                   "service.engine.betting_kernel", "service.engine.orders_kernel"):
-        importlib.import_module(module)
+    import_modules(("scipy.stats", "service.engine.replay", "service.engine.report", "service.engine.pairs",
+                    "service.engine.betting_kernel", "service.engine.orders_kernel"), "API")
     freeze_startup_objects()
     try:
         yield

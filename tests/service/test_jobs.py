@@ -92,3 +92,25 @@ def test_warming_opens_the_broker_and_database_connections_a_first_job_would_pay
     down = CeleryRunner(Settings(database_url=f"sqlite:///{tmp_path / 'd.db'}", broker_url="redis://127.0.0.1:1/0"))
     down.warm()  # logs, does not raise
     down.close()
+
+
+def test_slow_start_up_imports_are_logged_with_their_likely_reason(tmp_path, monkeypatch, caplog) -> None:
+    """A first start on a fresh install compiles the engine's kernels for 10-20 s; the process
+    says why it is silent that long, and says nothing when its imports are quick."""
+    import sys
+
+    from service.jobs import import_modules
+
+    name = f"slow_start_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.3)\nLOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    with caplog.at_level("WARNING", logger="service.jobs"):
+        took = import_modules([name], "worker", slow=0.2)
+    assert took >= 0.3 and sys.modules[name].LOADED
+    said = [r.getMessage() for r in caplog.records if r.name == "service.jobs"]
+    assert len(said) == 1 and said[0].startswith("worker: start-up imports took 0.") and "numba" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="service.jobs"):
+        assert import_modules([name], "API", slow=0.2) < 0.2  # imported already: quick, and silent
+    assert not [r for r in caplog.records if r.name == "service.jobs"]
