@@ -67,6 +67,25 @@ def _phases(h_cos, h_sin, x, n, m, re, im):  # pragma: no cover - compiled
         im[j] = h_sin[at]
 
 
+@compiled
+def _half_turn(h_cos, h_sin, n):  # pragma: no cover - compiled
+    """``h_cos[p] + i·h_sin[p] = e^{iπp/n}`` for ``p < 2n`` (``n`` odd), a quarter of them by
+    ``cos`` and ``sin`` and the rest by symmetry: ``e^{iπ(n-p)/n} = -cos + i·sin`` and
+    ``e^{iπ(2n-p)/n} = cos - i·sin`` of ``πp/n``. A window over the whole support of ``S`` (tens
+    of thousands of points, a length of its own per row) spent much of its time on these tables.
+    The mirrored values are as accurate as the direct ones: their arguments are the smaller."""
+    half = n // 2  # n odd: p and n - p never meet
+    for p in range(half + 1):
+        x = p * math.pi / n
+        c, s = math.cos(x), math.sin(x)
+        h_cos[p], h_sin[p] = c, s
+        if p > 0:
+            h_cos[n - p], h_sin[n - p] = -c, s
+    h_cos[n], h_sin[n] = -1.0, 0.0
+    for p in range(1, n):
+        h_cos[2 * n - p], h_sin[2 * n - p] = h_cos[p], -h_sin[p]
+
+
 _G_TABLE = 1024
 """Longest window whose sums ``H_f(cnt)`` and phases ``e^{iω_f x}`` are tabulated for every
 ``cnt`` and start ``x`` (two tables, 17 MB at most per call, touched only as far as windows
@@ -242,9 +261,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
             table_n = n
             tabled = n <= _G_TABLE and 4 * rows_of[n] >= n  # the tables cost about n rows' projections
             err = eps * (math.log(max(1, m)) + 1.0) + 1e-12  # lattice.truncation_error, and rounding
-            for p in range(2 * n):
-                h_cos[p] = math.cos(p * math.pi / n)
-                h_sin[p] = math.sin(p * math.pi / n)
+            _half_turn(h_cos, h_sin, n)
             for j in range(m):
                 inv_sin[j] = 1.0 / h_sin[j + 1]  # 1/sin(π f/n), f = j + 1
             if tabled:  # H_f(cnt) = Σ_{x<cnt} e^{iω_f x} = amp·e^{iπ f (cnt - 1)/n}, every cnt

@@ -632,3 +632,18 @@ def test_compiled_normal_cdf_is_within_its_stated_error():
     bound = K._PHI_STEP**4 / 384 * 0.5506 + ndtr(-K._PHI_REACH) + 1e-15
     assert err <= bound < K.NORMAL_CDF_ERROR
     assert np.isnan(K._normal_cdf(np.nan))
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 17, 1025, 60001])
+def test_half_turn_tables_are_the_phases(n):
+    """``lattice_short._half_turn`` fills ``e^{iπp/n}`` for ``p < 2n`` from a quarter of them by
+    symmetry: every entry within rounding of ``cos`` and ``sin`` computed directly (a wrong sign
+    or a mirror off by one is off by up to 2)."""
+    from service.engine.lattice_short import _half_turn
+
+    h_cos, h_sin = np.full(2 * n + 2, np.nan), np.full(2 * n + 2, np.nan)
+    _half_turn(h_cos, h_sin, n)
+    p = np.arange(2 * n)
+    assert np.max(np.abs(h_cos[: 2 * n] - np.cos(p * np.pi / n))) < 4e-15
+    assert np.max(np.abs(h_sin[: 2 * n] - np.sin(p * np.pi / n))) < 4e-15
+    assert np.isnan(h_cos[2 * n :]).all()  # nothing written past the table
