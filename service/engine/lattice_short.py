@@ -68,6 +68,20 @@ def _phases(h_cos, h_sin, x, n, m, re, im):  # pragma: no cover - compiled
 
 
 @compiled
+def _mod(x, m, inv_m):  # pragma: no cover - compiled
+    """``x % m`` for ``0 <= x < 2**40`` and ``inv_m = 1/m``, by a multiply instead of a 64-bit
+    division (tens of cycles, once per value and frequency where ``φ`` is evaluated off the
+    phase table): the quotient's float estimate is off by at most one, which the two
+    corrections take back."""
+    r = x - int(x * inv_m) * m
+    if r < 0:
+        r += m
+    elif r >= m:
+        r -= m
+    return r
+
+
+@compiled
 def _half_turn(h_cos, h_sin, n):  # pragma: no cover - compiled
     """``h_cos[p] + i·h_sin[p] = e^{iπp/n}`` for ``p < 2n`` (``n`` odd), a quarter of them by
     ``cos`` and ``sin`` and the rest by symmetry: ``e^{iπ(n-p)/n} = -cos + i·sin`` and
@@ -234,9 +248,13 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
         cos_t = np.empty((m_max, n_u))
         sin_t = np.empty((m_max, n_u))
         at_u = np.zeros(n_u, dtype=np.int64)
+        step_u = np.zeros(n_u, dtype=np.int64)
     else:  # by |v|: a row of each is what one value adds to every frequency
         cos_t = np.empty((max(n_u, 1), m_max))
         sin_t = np.empty((max(n_u, 1), m_max))
+        at_u = np.zeros(1, dtype=np.int64)
+        step_u = np.zeros(1, dtype=np.int64)
+    inv_2n = 1.0
     kept = np.empty(m_max if sparse else 1, dtype=np.int64)  # the frequencies (f - 1) a sparse row keeps
     inv_sin = np.empty(m_max)
     h_cos = np.empty(2 * top_n + 2)
@@ -284,11 +302,15 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
             # a window of few rows (the whole support) reads its phases off e^{iπp/n} where φ
             # is evaluated, without a table
             fly = sparse and rows_of[n] < _FLY_ROWS
+            if sparse:  # each |v|'s phase step, once per length (a division each)
+                inv_2n = 1.0 / (2 * n)
+                for w in range(n_u):
+                    step_u[w] = (2 * mags[w]) % (2 * n)
             if sparse and not fly:  # as _phases, frequency by frequency
                 at_u[:n_u] = 0
                 for j in range(m):
                     for w in range(n_u):
-                        at = at_u[w] + (2 * mags[w]) % (2 * n)
+                        at = at_u[w] + step_u[w]
                         if at >= 2 * n:
                             at -= 2 * n
                         at_u[w] = at
@@ -344,7 +366,7 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
                 x, y = p0, 0.0
                 if fly:
                     for w in range(n_u):
-                        at = ((j + 1) * (2 * mags[w])) % (2 * n)
+                        at = _mod((j + 1) * step_u[w], 2 * n, inv_2n)
                         x += sym[w] * h_cos[at]
                         y -= anti[w] * h_sin[at]
                 else:
@@ -415,10 +437,12 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
                 for j in range(top):
                     acc += ps_re[j] * g_re[cnt, j] - ps_im[j] * g_im[cnt, j]
             elif sparse:  # as below, each kept frequency's phases by a product
+                a_step = cnt % two_n
+                b_step = (2 * start_s[i] + cnt - 1) % two_n
                 for j in range(top):
                     f = kept[j] + 1
-                    a_at = (f * (cnt % two_n)) % two_n
-                    b_at = (f * ((2 * start_s[i] + cnt - 1) % two_n)) % two_n
+                    a_at = _mod(f * a_step, two_n, inv_2n)
+                    b_at = _mod(f * b_step, two_n, inv_2n)
                     acc += h_sin[a_at] * inv_sin[f - 1] * (pr[j] * h_cos[b_at] - pi[j] * h_sin[b_at])
             else:  # G_f = amp_f·e^{iπ f (2L + cnt - 1)/n}, amp_f = sin(π f cnt/n)/sin(π f/n)
                 a_step = cnt % two_n

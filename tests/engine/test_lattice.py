@@ -647,3 +647,18 @@ def test_half_turn_tables_are_the_phases(n):
     assert np.max(np.abs(h_cos[: 2 * n] - np.cos(p * np.pi / n))) < 4e-15
     assert np.max(np.abs(h_sin[: 2 * n] - np.sin(p * np.pi / n))) < 4e-15
     assert np.isnan(h_cos[2 * n :]).all()  # nothing written past the table
+
+
+def test_mod_by_a_reciprocal_is_the_remainder():
+    """``lattice_short._mod`` (a float reciprocal instead of a division) equals ``%`` wherever the
+    sums use it, up to 2**40: random values, and those next to multiples of ``m`` where the float
+    quotient rounds across an integer."""
+    from service.engine.lattice_short import _mod
+
+    rng = np.random.default_rng(5)
+    for m in [2, 3, 6, 1026, 120_002, 2 * (2**18 + 1), 2**21 - 2]:
+        inv = 1.0 / m
+        xs = np.r_[rng.integers(0, 2**40, 2000), (rng.integers(1, 2**40 // m, 500)[:, None] * m + [-1, 0, 1]).ravel()]
+        xs = xs[xs >= 0]
+        got = [_mod(int(x), m, inv) for x in xs.tolist()]
+        assert got == [int(x) % m for x in xs.tolist()], m
