@@ -252,9 +252,6 @@ def _brackets(counts, values, k, s, q, vlo, vhi, cs, log_inv, eps, slack, full, 
     else:  # by |v|: a row of each is what one value adds to every frequency
         cos_t = np.empty((max(n_u, 1), m_max))
         sin_t = np.empty((max(n_u, 1), m_max))
-        at_u = np.zeros(1, dtype=np.int64)
-        step_u = np.zeros(1, dtype=np.int64)
-    inv_2n = 1.0
     kept = np.empty(m_max if sparse else 1, dtype=np.int64)  # the frequencies (f - 1) a sparse row keeps
     inv_sin = np.empty(m_max)
     h_cos = np.empty(2 * top_n + 2)
