@@ -127,22 +127,23 @@ def run_cli(records: Path, cli_args: list[str], out: Path) -> tuple[float, float
     return seconds, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, c1.ru_maxrss / 1024
 
 
-def wait_ready(alive: list[Path], pool: list[subprocess.Popen], timeout: float) -> list[float]:
+def wait_ready(alive: list[Path], pool: list[subprocess.Popen], started: float, timeout: float) -> list[float]:
     """Wait until every worker has touched its ``--alive-file`` (Celery's ``worker_ready``: its
-    imports done and its pool started); seconds each took. A replay is timed on running
-    workers, as a deployment has them: a worker's first start on a fresh checkout also
-    compiles numba's cache of the engine's kernels (10-17 s on two cores), once per install."""
-    start, took = time.monotonic(), [0.0] * len(alive)
-    while not all(took):
+    imports done and its pool started); seconds from ``started`` (``time.monotonic``) to each.
+    A replay is timed on running workers, as a deployment has them: a worker's first start on a
+    fresh checkout also compiles numba's cache of the engine's kernels (10-17 s on two cores),
+    once per install."""
+    took: list[float | None] = [None] * len(alive)
+    while None in took:
         for i, (f, proc) in enumerate(zip(alive, pool, strict=True)):
             if proc.poll() is not None:
                 raise RuntimeError(f"worker {i} exited with {proc.returncode} before it was ready")
-            if not took[i] and f.exists():
-                took[i] = max(time.monotonic() - start, 1e-3)
-        if time.monotonic() - start > timeout:
+            if took[i] is None and f.exists():
+                took[i] = time.monotonic() - started
+        if time.monotonic() - started > timeout:
             raise TimeoutError(f"workers not ready after {timeout:.0f} s")
         time.sleep(0.05)
-    return took
+    return took  # type: ignore[return-value]  (no None left)
 
 
 def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tuple[float, float], tmp: Path,
@@ -185,9 +186,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
         started += pool
         base = f"http://127.0.0.1:{port}"
         procs.wait_http(f"{base}/readyz", timeout=60)
-        ready_seconds = wait_ready(alive, pool, timeout=600)
-        print(f"{workers} worker(s) ready {time.monotonic() - boot:.1f} s after their start "
-              f"(each: {', '.join(f'{x:.1f}' for x in ready_seconds)} s)", flush=True)
+        ready = wait_ready(alive, pool, boot, timeout=600)
+        print(f"{workers} worker(s) ready {', '.join(f'{x:.1f}' for x in ready)} s after their start", flush=True)
         time.sleep(1)  # the pool processes' own warm-up (a database and a broker connection)
         with httpx.Client(base_url=base, timeout=120) as http:
             r = http.post("/v1/datasets", files={"file": ("records.csv", records.read_bytes(), "text/csv")})
