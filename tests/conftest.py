@@ -35,6 +35,15 @@ def pytest_configure(config) -> None:  # noqa: ANN001
         import service.engine.lattice_kernel  # noqa: F401
 
 
+@pytest.fixture(autouse=True)
+def _own_tail_tables(monkeypatch):
+    """Each test starts with its process's own 0/1 tail tables: an app's lifespan shares them
+    with the host's other processes (engine/tail_tables.py) only until that test ends."""
+    from service.engine import tail_tables
+
+    monkeypatch.setattr(tail_tables, "_shared", None)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001, ARG001
     """Say in one line how many real-data tests skipped and why, instead of leaving it in the skip list."""
     skipped = terminalreporter.stats.get("skipped", [])

@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from service.engine import binom
+from service.engine import binom, tail_tables
 
 FAR_TAIL = 1e-13
 
@@ -91,15 +91,16 @@ _TAIL_MEMO: dict[tuple, float] = {}
 
 
 def _dense_table(key: tuple) -> np.ndarray:
-    """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far (NaN: not yet),
-    shared by the threads of a process (a value written twice is the same number)."""
+    """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far, encoded
+    (``tail_tables``: NaN once decoded, not yet), shared by the threads of a process and, where
+    ``tail_tables.share`` is on, by the processes of the host (a value written twice is the
+    same number)."""
     with _dense_lock:
         table = _dense.get(key)
         if table is not None:
             _dense.move_to_end(key)
             return table
-        k = key[0]
-        table = np.full((k + 1, k + 1), np.nan)
+        table = tail_tables.new_table(key, key[0])
         _dense[key] = table
         total = sum(t.nbytes for t in _dense.values())
         while total > _DENSE_BYTES and len(_dense) > 1:
@@ -169,12 +170,12 @@ def memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_min
             kk, cc = code >> 32, (code & 0xFFFFFFFF) - (1 << 31)
             rows = idx[by_kc[lo:hi]]
             table = _dense_table((kk, cc, *tag))
-            got = table[n_plus[rows], n_minus[rows]]
+            got = tail_tables.decode(table[n_plus[rows], n_minus[rows]])
             miss = np.flatnonzero(np.isnan(got))
             if len(miss):
                 r = rows[miss]
                 got[miss] = compute(k[r], n_plus[r], n_minus[r], c[r])
-                table[n_plus[r], n_minus[r]] = got[miss]
+                table[n_plus[r], n_minus[r]] = tail_tables.encode(got[miss])
             out[rows] = got
     rest = np.flatnonzero(~dense)
     if len(rest):
