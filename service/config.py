@@ -7,6 +7,7 @@ runner, so a fresh checkout serves without any other server. Production sets
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -132,6 +133,11 @@ class Settings(BaseSettings):
     report_cache_bytes: int = Field(
         default=64 * 1024 * 1024, ge=0, description="Finished reports kept in memory per process (bytes; 0 = none)."
     )
+    shared_tails_dir: str = Field(
+        default="auto", description="Directory (this user's alone) where the API and worker processes of a host "
+        "share the 0/1 tails a replay computes (engine/tail_tables.py); 'auto': /dev/shm/sufficiency-tails-<uid> "
+        "where /dev/shm exists; 'off': each process keeps its own.")
+    shared_tails_mb: int = Field(default=256, ge=1, description="The shared tails are deleted past this size (MB).")
 
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
@@ -157,6 +163,21 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.sqlalchemy_url.startswith("sqlite")
+
+    @property
+    def shared_tails_path(self) -> Path | None:
+        if self.shared_tails_dir == "off":
+            return None
+        if self.shared_tails_dir == "auto":
+            shm = Path("/dev/shm")
+            return shm / f"sufficiency-tails-{os.getuid()}" if shm.is_dir() and hasattr(os, "getuid") else None
+        return Path(self.shared_tails_dir)
+
+    def share_tails(self) -> Path | None:
+        """Share this process's 0/1 tail tables as these settings say (``tail_tables.share``)."""
+        from service.engine import tail_tables
+
+        return tail_tables.share(self.shared_tails_path, self.shared_tails_mb << 20)
 
     @property
     def should_migrate_on_start(self) -> bool:

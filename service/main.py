@@ -103,6 +103,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # estimate sample takes the stratified orders compiled (``orders_kernel``, 5 ms more).
     import_modules(("scipy.stats", "service.engine.replay", "service.engine.report", "service.engine.pairs",
                     "service.engine.betting_kernel", "service.engine.orders_kernel"), "API")
+    settings.share_tails()  # a replay's estimate sample and in-process jobs meet the workers' tails
     freeze_startup_objects()
     try:
         yield

@@ -84,6 +84,7 @@ def create_worker_app(settings: Settings) -> Celery:
     import_preloaded()  # before the pool forks: no job pays the engine's imports
     one_blas_thread()  # several worker processes share the cores (see service/engine/blas.py)
     keep_freed_memory()  # workers exist to replay (see service/engine/malloc.py); forks inherit it
+    settings.share_tails()  # the processes of a host compute each 0/1 tail once (engine/tail_tables.py)
     app = make_celery(settings)
     state = _ProcessState(settings)
 
@@ -91,6 +92,7 @@ def create_worker_app(settings: Settings) -> Celery:
     def _pool_process(**_kwargs: Any) -> None:
         one_blas_thread()  # a pool started by spawn does not inherit these
         keep_freed_memory()
+        settings.share_tails()
         state.warm()
 
     def wrap(name: str) -> None:
