@@ -35,6 +35,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -155,11 +156,14 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
 
     admin = create_engine(PG, isolation_level="AUTOCOMMIT")
     name = f"sufficiency_bench_{os.getpid()}_{secrets.token_hex(3)}"
+    # the workers' shared 0/1 tails (engine/tail_tables.py) in a fresh directory where the default puts them
+    tails = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else tmp)) / "tails"
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(PG).set(database=name).render_as_string(hide_password=False)
     env = procs.env_for(
-        database_url=url, broker_url=f"{REDIS}/{secrets.randbelow(15) + 1}", celery_queue=name, data_dir=tmp / "data"
+        database_url=url, broker_url=f"{REDIS}/{secrets.randbelow(15) + 1}", celery_queue=name, data_dir=tmp / "data",
+        shared_tails_dir=tails,  # none met yet: a first replay, not one after the last run's
     )
     started: list[subprocess.Popen] = []
     try:
@@ -288,6 +292,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
     finally:
         for p in reversed(started):
             procs.stop(p)
+        shutil.rmtree(tails.parent, ignore_errors=True)
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
