@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     report_cache_bytes: int = Field(
         default=64 * 1024 * 1024, ge=0, description="Finished reports kept in memory per process (bytes; 0 = none)."
     )
-    shared_tails_dir: str = Field(
+    shared_tails_dir: str | Path = Field(
         default="auto", description="Directory (this user's alone) where the API and worker processes of a host "
         "share the 0/1 tails a replay computes (engine/tail_tables.py); 'auto': /dev/shm/sufficiency-tails-<uid> "
         "where /dev/shm exists; 'off': each process keeps its own.")

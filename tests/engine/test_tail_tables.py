@@ -157,3 +157,16 @@ def test_other_versions_tables_are_deleted_once_stale(tmp_path):
     os.utime(stale, (old, old))
     sub = tail_tables.share(root)
     assert sub is not None and sub.exists() and not stale.exists() and recent.exists()
+
+
+def test_the_settings_say_where_tails_are_shared(tmp_path):
+    from service.config import Settings
+
+    assert Settings(shared_tails_dir="off").shared_tails_path is None
+    assert Settings(shared_tails_dir=tmp_path / "t").shared_tails_path == tmp_path / "t"
+    auto = Settings().shared_tails_path
+    if Path("/dev/shm").is_dir():
+        assert auto == Path(f"/dev/shm/sufficiency-tails-{os.getuid()}")
+    sub = Settings(shared_tails_dir=str(tmp_path / "t")).share_tails()
+    assert sub is not None and sub.parent == tmp_path / "t" and tail_tables._shared is not None
+    assert Settings(shared_tails_dir="off").share_tails() is None and tail_tables._shared is None

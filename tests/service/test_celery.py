@@ -57,7 +57,10 @@ def _logs(tmp_path: Path) -> str:
 
 
 def test_celery_replay_equals_engine(job_settings: dict[str, object], tmp_path: Path) -> None:
+    """Also: the pool's processes share the 0/1 tails they compute (engine/tail_tables.py) in the
+    directory the settings name, and the report is still the engine's, byte for byte."""
     content = synth_csv(seed=11, n_systems=5)
+    job_settings = {**job_settings, "shared_tails_dir": tmp_path / "tails"}
     worker = _worker(job_settings, tmp_path, "worker", "--pool", "prefork", "--concurrency", "2")
     try:
         with TestClient(create_app(make_settings(**job_settings))) as client:
@@ -67,6 +70,8 @@ def test_celery_replay_equals_engine(job_settings: dict[str, object], tmp_path: 
             done = wait_for(client, rid, timeout=60)
             assert done["status"] == "succeeded", _logs(tmp_path)
             assert done["n_chunks"] == 4  # 20 pairs, 5 per chunk
+            (versions,) = (tmp_path / "tails").iterdir()  # one engine version
+            assert any(versions.iterdir()), "the workers wrote no shared tail table"  # (before this process replays)
             from service.engine.report import report_json
 
             assert client.get(f"/v1/replays/{rid}/report").content == report_json(engine_report(content, SMALL_SPEC))
