@@ -136,6 +136,11 @@ def cli_run(dataset: str, rule: str, orders: int) -> dict:
     return {"wall": wall, "cpu": cpu, "cases": cases, "peak_mb": peak_mb, "jit": 0.0, "sums": "cli"}
 
 
+def _label(path: Path) -> str:
+    """A record file's name, or its folder's where it is named ``records.csv`` as in ../shared/data."""
+    return path.parent.name if path.stem == "records" else path.name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orders", type=int, default=500)
@@ -181,7 +186,7 @@ def main() -> None:
                 runs[dataset] = r
         for dataset in datasets:
             r = runs[dataset]
-            name = Path(dataset).name if dataset not in DATASETS else dataset
+            name = dataset if dataset in DATASETS else _label(Path(dataset))
             if "refused" in r:
                 print(f"{rule:16s} {name:28s} refused: {r['refused']}")
                 continue
