@@ -15,12 +15,12 @@ what it was computed with: ``tests/engine/test_tail_memo.py``), each an aligned 
 
 Trust and bounds: the directory is this user's alone (created 0700, refused otherwise), its
 files are opened without following links and must be this user's; tables live in a
-subdirectory named by a hash of the engine's source and numpy's version, so a table written
-by other code is never read. A file's pages are reserved when it is created (a write to a
-mapped page of a full tmpfs would kill the process), and the files are deleted once they hold
-more than ``cap_bytes`` (the processes keep what they have mapped). Any error while creating
-or mapping a file gives a table of this process instead: sharing saves time, never changes
-a number.
+subdirectory named by a hash of the engine's source and numpy's and scipy's versions, so a
+table written by other code is never read (without the source to hash, nothing is shared).
+A file's pages are reserved when it is created (a write to a mapped page of a full tmpfs
+would kill the process), and the files are deleted once they hold more than ``cap_bytes``
+(the processes keep what they have mapped). Any error while creating or mapping a file gives
+a table of this process instead: sharing saves time, never changes a number.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import shutil
 import stat
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +56,23 @@ def decode(cells: np.ndarray) -> np.ndarray:
     return (cells ^ MISSING).view(np.float64)
 
 
-def _fingerprint() -> str:
-    """A hash of the engine's source and numpy's version: what a table's numbers depend on."""
-    h = hashlib.sha256(np.__version__.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+ENGINE = Path(__file__).parent
+
+
+def _fingerprint() -> str | None:
+    """A hash of the engine's source and of numpy's and scipy's versions: what a table's numbers
+    depend on. None without the source (an install of bytecode only): tables written by another
+    version could not be told apart."""
+    sources = sorted(ENGINE.glob("*.py"))
+    if not sources:
+        return None
+    h = hashlib.sha256()
+    for package in ("numpy", "scipy"):
+        try:
+            h.update(f"{package} {metadata.version(package)};".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{package} -;".encode())
+    for path in sources:
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
@@ -152,7 +166,12 @@ def share(directory: str | Path | None, cap_bytes: int = 256 << 20) -> Path | No
         log.warning("tail tables are not shared: %s is not a directory of this user alone (0700)", root)
         _shared = None
         return None
-    sub = root / _fingerprint()
+    version = _fingerprint()
+    if version is None:
+        log.warning("tail tables are not shared: the engine's source is not installed to tell versions apart")
+        _shared = None
+        return None
+    sub = root / version
     try:
         sub.mkdir(mode=0o700, exist_ok=True)
     except OSError:

@@ -118,6 +118,23 @@ def test_sharing_is_refused_where_others_may_write(tmp_path, caplog):
     assert sub is not None and sub.parent == private and (os.stat(private).st_mode & 0o777) == 0o700
 
 
+def test_without_the_engines_source_nothing_is_shared(tmp_path, monkeypatch):
+    """Versions could not be told apart: a table another version wrote might be read."""
+    monkeypatch.setattr(tail_tables, "ENGINE", tmp_path / "empty")
+    assert tail_tables.share(tmp_path / "tails") is None and tail_tables._shared is None
+
+
+def test_the_version_directory_changes_with_the_engines_source(tmp_path, monkeypatch):
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "tails.py").write_text("A = 1\n")
+    monkeypatch.setattr(tail_tables, "ENGINE", engine)
+    first = tail_tables.share(tmp_path / "tails")
+    (engine / "tails.py").write_text("A = 2\n")
+    second = tail_tables.share(tmp_path / "tails")
+    assert first is not None and second is not None and first != second
+
+
 def test_tables_fall_back_to_the_process_when_files_cannot_be_made(tmp_path):
     sub = tail_tables.share(tmp_path / "tails")
     assert sub is not None
