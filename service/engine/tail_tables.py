@@ -194,12 +194,43 @@ def share(directory: str | Path | None, cap_bytes: int = 256 << 20) -> Path | No
     return sub
 
 
-def new_table(key: tuple, k: int) -> np.ndarray:
-    """The encoded cells of the table ``key`` (``(k + 1) x (k + 1)``, all missing if new):
-    shared if sharing is on and the file could be mapped, else this process's own."""
+class Table:
+    """One ``(k + 1) x (k + 1)`` table of the memo: this process's cells, read first, and the
+    shared file's (or None), read only where this process's miss. Lookups stay in the
+    process's own memory (its heap's huge pages): the same lookups made in the mapped file,
+    4 kB pages touched at random, took a process 4 % longer than computing every tail itself
+    (on the 134 x 500 board's replay)."""
+
+    __slots__ = ("cells", "shared")
+
+    def __init__(self, cells: np.ndarray, shared: np.ndarray | None):
+        self.cells = cells
+        self.shared = shared
+
+    @property
+    def nbytes(self) -> int:
+        return self.cells.nbytes
+
+    def get(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """The values at ``(i, j)``, NaN where no process has stored one."""
+        got = decode(self.cells[i, j])
+        if self.shared is not None:
+            miss = np.flatnonzero(np.isnan(got))
+            if len(miss):
+                found = self.shared[i[miss], j[miss]]
+                self.cells[i[miss], j[miss]] = found
+                got[miss] = decode(found)
+        return got
+
+    def put(self, i: np.ndarray, j: np.ndarray, values: np.ndarray) -> None:
+        cells = encode(values)
+        self.cells[i, j] = cells
+        if self.shared is not None:
+            self.shared[i, j] = cells
+
+
+def new_table(key: tuple, k: int) -> Table:
+    """The table ``key``, all missing in this process: backed by a shared file if sharing is
+    on and the file could be mapped."""
     shared = _shared
-    if shared is not None:
-        table = shared.table(key, k)
-        if table is not None:
-            return table
-    return np.zeros((k + 1, k + 1), dtype=np.uint64)
+    return Table(np.zeros((k + 1, k + 1), dtype=np.uint64), None if shared is None else shared.table(key, k))

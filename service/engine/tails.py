@@ -84,13 +84,13 @@ _DENSE_MAX_K = 1447
 """Largest ``k`` whose tails are kept in a dense ``[k+1, k+1]`` table (2**21 entries, 16 MB)."""
 _DENSE_BYTES = 192 << 20
 """Memory of the dense tables a process keeps; the least recently used go first."""
-_dense: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_dense: OrderedDict[tuple, tail_tables.Table] = OrderedDict()
 _dense_lock = threading.Lock()
 _TAIL_MEMO: dict[tuple, float] = {}
 """Memoized values for ``k`` past ``_DENSE_MAX_K``, by ``(k, n+, n-, c, *tag)``."""
 
 
-def _dense_table(key: tuple) -> np.ndarray:
+def _dense_table(key: tuple) -> tail_tables.Table:
     """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far, encoded
     (``tail_tables``: NaN once decoded, not yet), shared by the threads of a process and, where
     ``tail_tables.share`` is on, by the processes of the host (a value written twice is the
@@ -170,12 +170,12 @@ def memo_binary(tag: tuple, compute: Callable[..., np.ndarray], k, n_plus, n_min
             kk, cc = code >> 32, (code & 0xFFFFFFFF) - (1 << 31)
             rows = idx[by_kc[lo:hi]]
             table = _dense_table((kk, cc, *tag))
-            got = tail_tables.decode(table[n_plus[rows], n_minus[rows]])
+            got = table.get(n_plus[rows], n_minus[rows])
             miss = np.flatnonzero(np.isnan(got))
             if len(miss):
                 r = rows[miss]
                 got[miss] = compute(k[r], n_plus[r], n_minus[r], c[r])
-                table[n_plus[r], n_minus[r]] = tail_tables.encode(got[miss])
+                table.put(n_plus[r], n_minus[r], got[miss])
             out[rows] = got
     rest = np.flatnonzero(~dense)
     if len(rest):

@@ -39,7 +39,7 @@ def test_tail_binary_matches_the_closed_form_from_tables_misses_and_hits():
     assert len(T._dense) == len(set(zip(k.tolist(), c.tolist(), strict=True)))
     again = R.tail_binary(k[::-1], a[::-1], b[::-1], c[::-1])  # all hits, another order
     np.testing.assert_array_equal(again, first[::-1])
-    filled = sum(int((~np.isnan(tail_tables.decode(t))).sum()) for t in T._dense.values())
+    filled = sum(int((~np.isnan(tail_tables.decode(t.cells))).sum()) for t in T._dense.values())
     assert filled == len(set(zip(k.tolist(), a.tolist(), b.tolist(), c.tolist(), strict=True)))
 
 

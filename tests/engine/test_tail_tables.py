@@ -140,14 +140,14 @@ def test_tables_fall_back_to_the_process_when_files_cannot_be_made(tmp_path):
     assert sub is not None
     k, a, b, c = _samples(4)
     R.tail_binary(k[:10], a[:10], b[:10], c[:10])
-    assert T._dense and all(_mapped(t) for t in T._dense.values())
+    assert T._dense and all(t.shared is not None and _mapped(t.shared) for t in T._dense.values())
     T._dense.clear()
     for f in sub.iterdir():
         f.unlink()
     sub.rmdir()  # the directory is gone: no file can be created
     got = R.tail_binary(k, a, b, c)
     np.testing.assert_allclose(got, R.tail_trinomial(k, a, b, c), rtol=0, atol=1e-11)
-    assert T._dense and not any(_mapped(t) for t in T._dense.values())
+    assert T._dense and all(t.shared is None for t in T._dense.values())
 
 
 def test_files_past_the_cap_are_deleted_and_numbers_stay(tmp_path, monkeypatch):
