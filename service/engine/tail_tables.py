@@ -4,8 +4,9 @@ process, or shared with the other processes of the host through files mapped in 
 Why shared: the chunks of one replay meet nearly the same tails, whichever process runs
 them. On a 134 x 500 board each of two worker processes computed 203,600 of the 211,500
 distinct tails it needed, and a prefork worker with N children computes them N times. With
-``share(directory)`` a table is a file of that directory mapped into every process that
-meets it, so a tail computed by one is read by the others.
+``share(directory)`` a table is also a file of that directory, mapped into every process that
+meets it: a process looks a tail up in its own copy, then in the file, and computes it only
+if neither has it, so a tail computed by one process is read by the others.
 
 A cell holds the bits of its value XOR ``MISSING`` (the bits of a quiet NaN): a zero cell,
 as a new file or a fresh allocation holds, reads as NaN, which the memo takes for "not

@@ -91,10 +91,9 @@ _TAIL_MEMO: dict[tuple, float] = {}
 
 
 def _dense_table(key: tuple) -> tail_tables.Table:
-    """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far, encoded
-    (``tail_tables``: NaN once decoded, not yet), shared by the threads of a process and, where
-    ``tail_tables.share`` is on, by the processes of the host (a value written twice is the
-    same number)."""
+    """The values of every ``(n+, n-)`` at ``key = (k, c, ...)`` met so far (``Table.get``:
+    NaN where not yet), shared by the threads of a process and, where ``tail_tables.share`` is
+    on, by the processes of the host (a value written twice is the same number)."""
     with _dense_lock:
         table = _dense.get(key)
         if table is not None:
