@@ -9,12 +9,10 @@ pairs are chunked.
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 
 import numpy as np
 
-from service.engine import tail_tables
 from service.engine.blas import blas_single_thread, one_blas_thread
 from service.engine.chunk import ChunkResult, Progress, block_pairs, lattice_valued, run_chunk
 from service.engine.malloc import keep_freed_memory
@@ -34,20 +32,11 @@ def _chunk_bounds(n_pairs: int, n_chunks: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a] or [(0, 0)]
 
 
-def _pool_process(tails: str | None = None) -> None:
-    """A ``--jobs`` process: one BLAS thread (they share the cores), freed memory kept
-    (spawned processes do not inherit the parent's malloc settings), and the 0/1 tails shared
-    with the other processes of the replay in ``tails`` (``tail_tables``)."""
+def _pool_process() -> None:
+    """A ``--jobs`` process: one BLAS thread (they share the cores) and freed memory kept
+    (spawned processes do not inherit the parent's malloc settings)."""
     one_blas_thread()
     keep_freed_memory()
-    tail_tables.share(tails)
-
-
-def _tails_dir() -> tempfile.TemporaryDirectory:
-    """A private directory (0700) for the tails a ``--jobs`` replay's processes share, in memory
-    where the host has ``/dev/shm``; deleted with the replay."""
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.TemporaryDirectory(prefix="sufficiency-tails-", dir=shm)
 
 
 def _worker(args: tuple) -> bytes:
@@ -181,8 +170,7 @@ def run_replay(records: Records, spec: ReplaySpec, jobs: int = 1, progress: Prog
 
         ctx = mp.get_context("spawn" if mp.get_start_method(allow_none=True) == "spawn" else "fork")
         results = []
-        with _tails_dir() as tails, cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                                                           initializer=_pool_process, initargs=(tails,)) as pool:
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_pool_process) as pool:
             futs = {pool.submit(_worker, (records, spec, a, b)): (a, b) for a, b in bounds}
             for fut in cf.as_completed(futs):
                 a, b = futs[fut]

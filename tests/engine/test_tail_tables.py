@@ -187,25 +187,3 @@ def test_the_settings_say_where_tails_are_shared(tmp_path):
     sub = Settings(shared_tails_dir=str(tmp_path / "t")).share_tails()
     assert sub is not None and sub.parent == tmp_path / "t" and tail_tables._shared is not None
     assert Settings(shared_tails_dir="off").share_tails() is None and tail_tables._shared is None
-
-
-def test_a_replays_processes_share_their_tails_and_the_report_stays(tmp_path, monkeypatch):
-    """``run_replay(jobs=2)``: its processes share the 0/1 tails in a private directory of the
-    replay (here one that outlives it, to look into), and the report is the one-process one."""
-    import contextlib
-
-    from service.engine import replay
-    from service.engine.records import from_rows
-    from service.engine.report import report_json
-    from service.engine.spec import make_spec
-    from service.engine.synth import generate
-
-    kept = tmp_path / "tails"
-    kept.mkdir(mode=0o700)
-    monkeypatch.setattr(replay, "_tails_dir", lambda: contextlib.nullcontext(str(kept)))
-    records = from_rows(generate(n_systems=6, n_tasks=80, n_groups=3, seed=4))
-    spec = make_spec(orders=30, budgets=[0.25, 0.5, 0.75], policies=["coverage_bootstrap"], deltas=[0.0, 3.0])
-    shared = report_json(replay.run_replay(records, spec, jobs=2, chunks=4))
-    (version,) = kept.iterdir()
-    assert any(version.iterdir()), "the replay's processes wrote no shared tail table"
-    assert shared == report_json(replay.run_replay(records, spec))
