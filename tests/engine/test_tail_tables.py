@@ -7,6 +7,7 @@ may write, and must fall back to this process's own tables when the files cannot
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import subprocess
@@ -187,3 +188,22 @@ def test_the_settings_say_where_tails_are_shared(tmp_path):
     sub = Settings(shared_tails_dir=str(tmp_path / "t")).share_tails()
     assert sub is not None and sub.parent == tmp_path / "t" and tail_tables._shared is not None
     assert Settings(shared_tails_dir="off").share_tails() is None and tail_tables._shared is None
+
+
+def test_a_link_or_another_users_file_in_place_of_a_table_is_not_used(tmp_path):
+    sub = tail_tables.share(tmp_path / "tails")
+    assert sub is not None
+    key, k = (40, 1), 40
+    name = sub / f"{k}-{hashlib.sha256(repr(key).encode()).hexdigest()[:32]}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"\xff" * (41 * 41 * 8))
+    name.symlink_to(elsewhere)
+    assert tail_tables._shared.table(key, k) is None  # not followed
+    assert tail_tables.new_table(key, k).shared is None  # the process's own table instead
+    name.unlink()
+    if os.getuid() == 0:  # only root can give a file to someone else
+        name.write_bytes(b"\0" * (41 * 41 * 8))
+        os.chown(name, 12345, 12345)
+        assert tail_tables._shared.table(key, k) is None
+    name.unlink(missing_ok=True)
+    assert tail_tables._shared.table(key, k) is not None  # a file of its own: used
