@@ -132,7 +132,7 @@ def wait_ready(alive: list[Path], pool: list[subprocess.Popen], started: float, 
     """Wait until every worker has touched its ``--alive-file`` (Celery's ``worker_ready``: its
     imports done and its pool started); seconds from ``started`` (``time.monotonic``) to each.
     A replay is timed on running workers, as a deployment has them: a worker's first start on a
-    fresh checkout also compiles numba's cache of the engine's kernels (10-17 s on two cores),
+    fresh checkout also compiles numba's cache of the engine's kernels (11-15 s on two cores),
     once per install."""
     took: list[float | None] = [None] * len(alive)
     while None in took:
@@ -156,10 +156,10 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
 
     admin = create_engine(PG, isolation_level="AUTOCOMMIT")
     name = f"sufficiency_bench_{os.getpid()}_{secrets.token_hex(3)}"
-    # the workers' shared 0/1 tails (engine/tail_tables.py) in a fresh directory where the default puts them
-    tails = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else tmp)) / "tails"
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
+    # the workers' shared 0/1 tails (engine/tail_tables.py) in a fresh directory where the default puts them
+    tails = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else tmp)) / "tails"
     url = make_url(PG).set(database=name).render_as_string(hide_password=False)
     env = procs.env_for(
         database_url=url, broker_url=f"{REDIS}/{secrets.randbelow(15) + 1}", celery_queue=name, data_dir=tmp / "data",

@@ -109,7 +109,7 @@ SLOW_START_SECONDS = 3.0
 def import_modules(names: list[str] | tuple[str, ...], who: str, slow: float = SLOW_START_SECONDS) -> float:
     """Import ``names`` now, as a process starts; their seconds. Past ``slow`` it says so in
     the log: on a fresh install, the first process to import the engine's compiled kernels
-    compiles them into numba's cache (10-20 s on two cores, once per install), and an
+    compiles them into numba's cache (11-15 s measured on two cores, once per install), and an
     operator otherwise sees a worker or a server that is silent that long before it is ready."""
     start = time.perf_counter()
     for name in names:
