@@ -1,23 +1,28 @@
-"""The ``anytime`` rule's confidence sequence compiled (numba): each end of
-``betting.confidence_sequence`` found by Brent's method, every candidate mean's wealth summed
-in one loop over the steps.
+"""The ``anytime`` rule compiled (numba): the confidence sequence a live answer quotes, and
+the walk of many paths to their first conclusions (``first_conclusions``, ``betting_paths``'s
+compiled walk, for a live answer's forecast and large replays).
 
-Why: a live ``anytime`` decision reports the sequence, and the numpy search it replaces tested
-four means per end and step of the search, each step some thirty array operations over
-``8 × t`` values whose fixed cost was most of the time: about 400 µs at ``t = 250``, half of
-such a request. Brent's method tests one mean per step (secant or inverse quadratic
-interpolation, bisection when those stall, and a last step of the tolerance towards the other
-side so the bracket itself closes), about ten per end.
+The confidence sequence: each end of ``betting.confidence_sequence`` found by Brent's method,
+every candidate mean's wealth summed in one loop over the steps. Why: a live ``anytime``
+decision reports the sequence, and the numpy search it replaces tested four means per end and
+step of the search, each step some thirty array operations over ``8 × t`` values whose fixed
+cost was most of the time: about 400 µs at ``t = 250``, half of such a request. Brent's method
+tests one mean per step (secant or inverse quadratic interpolation, bisection when those
+stall, and a last step of the tolerance towards the other side so the bracket itself closes),
+about ten per end.
 
 The wealth is the decision's arithmetic (``betting._prefix`` and ``_centre``, the bets, the
 running sums in ``np.cumsum``'s order); only ``log1p`` may differ from numpy's in its last
-bit, so each end is the numpy search's to within ``XTOL``. Each end is a mean the test keeps
-within ``XTOL`` of one it rejects; tests/engine/test_betting_hull.py checks that against a
-literal reference.
+bit (numpy's own SIMD ``log1p`` on a CPU with AVX-512 differed from the C library's on 8.5 %
+of 2 M random arguments, by one unit in the last place), so each end is the numpy search's
+to within ``XTOL``, and a walk concludes where numpy's does unless a wealth lands within
+rounding of ``ln(1/a)``. Each end is a mean the test keeps within ``XTOL`` of one it rejects;
+tests/engine/test_betting_hull.py checks that against a literal reference.
 
-Loaded by a process's first ``anytime`` interval, or at an API worker's start
-(``service.main``), from numba's cache beside this file (compiled there once: 2.5 s with the
-orders' kernel, on the first start of a fresh clone).
+Loaded by a process's first ``anytime`` interval or large replay, at an API worker's start
+(``service.main``) and at a Celery worker's (``replays.tasks``), from numba's cache beside
+this file (compiled there once: 2.5 s with the orders' kernel, on the first start of a fresh
+clone).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from service.engine.betting import RHO, XTOL
 from service.engine.lattice_short import compiled
+from service.engine.rules import ACCEPT, REJECT, TOL
 
 GRID = 256
 """Means scanned for a kept start when the sample mean is rejected (an event of probability
@@ -173,10 +179,87 @@ def confidence_sequence(x, n, s_t, log_inv_a, from_grid):  # pragma: no cover - 
     return lower, upper
 
 
+@compiled
+def first_conclusions(v, scale, lattice, n, thetas, log_inv_a, kmax, cov, dec, stop):  # pragma: no cover - compiled
+    """``betting.betting_paths`` for every path (row of ``v``, values in observation order):
+    each path walked step by step until it has concluded for every threshold, writing its
+    first conclusion per threshold into ``dec`` and ``stop`` (left as they are where none).
+    ``lattice`` 0: ``v`` holds the differences themselves. ``cov`` ``[1 or paths, kmax]``.
+
+    The arithmetic of the numpy rule (``betting._prefix_of``, ``_centre``, ``_bets``,
+    ``_gains``, ``_conclusions``) expression for expression, the running sums added in
+    observation order as ``np.cumsum`` adds them; ``log1p`` is the C library's, which may
+    differ from numpy's in its last bit (numpy uses its own SIMD version where the CPU has
+    AVX-512). Of the two bets at a step one is 0, and its ``log1p(±0)`` adds nothing, so it is
+    not taken: that halves the logarithms, which are most of a step's time."""
+    n_th = len(thetas)
+    up = np.empty(n_th)
+    dn = np.empty(n_th)
+    open_ = np.empty(n_th, dtype=np.bool_)
+    theta_x = np.empty(n_th)
+    for j in range(n_th):
+        theta_x[j] = (thetas[j] + 1.0) / 2.0
+    shared_cov = cov.shape[0] == 1
+    for p in range(v.shape[0]):
+        s = 0.0  # S_t: the sum of x
+        q = 0.0  # the sum of x²
+        vsum = 0.0  # the sum of the values themselves
+        for j in range(n_th):
+            up[j] = 0.0
+            dn[j] = 0.0
+            open_[j] = True
+        n_open = n_th
+        row = 0 if shared_cov else p
+        for t in range(kmax):
+            vv = v[p, t]
+            x = (vv / scale + 1.0) / 2.0
+            xx = x * x
+            s += x
+            q += xx
+            vsum += vv
+            i = t + 1.0
+            s_prev = s - x
+            q_prev = q - xx
+            mu = (0.5 + s_prev) / i
+            var = (0.25 + max(q_prev - s_prev * s_prev / max(i - 1.0, 1.0), 0.0)) / i
+            rem = n - i + 1.0
+            for j in range(n_th):
+                if not open_[j]:
+                    continue
+                c = (n * theta_x[j] - s_prev) / rem
+                edge = mu - c
+                g = edge / (var + edge * edge)
+                lam_up = min(max(g, 0.0), RHO / max(c, 1e-9))
+                lam_dn = min(max(-g, 0.0), RHO / max(1.0 - c, 1e-9))
+                xi = x - c
+                if lam_up != 0.0:
+                    up[j] += math.log1p(lam_up * xi)
+                if lam_dn != 0.0:
+                    dn[j] += math.log1p(-lam_dn * xi)
+                if lattice > 0:
+                    pos = vsum > thetas[j] * i * lattice + TOL
+                else:
+                    pos = vsum / max(i, 1.0) > thetas[j] + TOL
+                if pos:
+                    hit = s / n > theta_x[j] + TOL or up[j] >= log_inv_a
+                else:
+                    hit = (s + n - i) / n <= theta_x[j] + TOL or dn[j] >= log_inv_a
+                if hit and cov[row, t]:
+                    dec[j, p] = ACCEPT if pos else REJECT
+                    stop[j, p] = t + 1
+                    open_[j] = False
+                    n_open -= 1
+            if n_open == 0:  # nothing after a path's first conclusions matters
+                break
+
+
 def warm() -> None:
     """Load (or compile) every kernel now: the import is what a process pays, not its first
-    interval. Both ends searched, and the grid scanned."""
+    interval or replay. Both ends searched, the grid scanned, and a path walked."""
     confidence_sequence(np.array([1.0, 0.0, 0.5, 1.0]), 40, 2.5, math.log(20.0), True)
+    stop = np.zeros((1, 1), dtype=np.int64)
+    first_conclusions(np.zeros((1, 1)), 1.0, 1, 2, np.zeros(1), math.log(20.0), 1, np.ones((1, 1), dtype=np.bool_),
+                      np.zeros((1, 1), dtype=np.int8), stop)
 
 
 warm()

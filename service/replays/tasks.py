@@ -39,8 +39,10 @@ log = logging.getLogger(__name__)
 # then computes every multi-trial or fractional bootstrap replay with it, not only the large
 # ones that repay loading it (``lattice.kernel_loaded``)
 # ``orders_kernel``: the stratified orders' step loop, compiled (``orders.COMPILED_STEPS_FROM``)
+# ``betting_kernel``: the anytime rule's walk, compiled for large replays (``betting.compiled_walk``)
 preload("service.engine.replay", "service.engine.pairs", "service.engine.report", "service.engine.lattice_kernel",
-        "service.engine.orders_kernel", "scipy.stats")  # scipy: the engine imports it on first use (engine/binom.py)
+        "service.engine.orders_kernel", "service.engine.betting_kernel",
+        "scipy.stats")  # scipy: the engine imports it on first use (engine/binom.py)
 
 
 class Interrupted(Exception):

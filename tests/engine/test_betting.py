@@ -25,7 +25,8 @@ def _first(path: list[str]) -> tuple[int, int]:
     return R.DEFER, len(path) + 1
 
 
-def test_engine_equals_the_literal_reference() -> None:
+@pytest.mark.parametrize("compiled", [True, False])
+def test_engine_equals_the_literal_reference(compiled: bool) -> None:
     rng = np.random.default_rng(8)
     for i in range(60):
         n = int(rng.integers(5, 120))
@@ -33,10 +34,10 @@ def test_engine_equals_the_literal_reference() -> None:
         v = rng.integers(-lat, lat + 1, n) + (rng.random(n) < 0.3) * lat
         v = np.clip(v, -lat, lat)
         theta = float(rng.choice([0.0, 0.05, -0.1, 0.2]))
-        dec, stop = betting_paths(v[None, :], lat, n, theta, A, n)
+        dec, stop = betting_paths(v[None, :], lat, n, theta, A, n, compiled=compiled)
         want = _first(ref.betting_path(list(v / lat), ref.Cmp(theta * 100, lat == 1), A, n))
         assert (int(dec[0]), int(stop[0])) == want, i
-        multi, mstop = betting_paths(v[None, :], lat, n, [theta, theta + 0.05], A, n)
+        multi, mstop = betting_paths(v[None, :], lat, n, [theta, theta + 0.05], A, n, compiled=compiled)
         assert (multi[0, 0], mstop[0, 0]) == (dec[0], stop[0])
 
 
@@ -69,12 +70,14 @@ def test_every_close_pair_keeps_its_error_under_a_checked_after_every_task() -> 
     assert worst <= A
 
 
-def test_tie_population_checked_after_every_task() -> None:
-    """Δ_full = 0 (1,000 tasks, 100 wins, 100 losses): false accepts <= a, checked after every task."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_tie_population_checked_after_every_task(compiled: bool) -> None:
+    """Δ_full = 0 (1,000 tasks, 100 wins, 100 losses): false accepts <= a, checked after every
+    task, by either walk."""
     pop = np.r_[np.ones(100), -np.ones(100), np.zeros(800)].astype(np.int64)
     rng = np.random.default_rng(3)
     v = np.stack([rng.permutation(pop) for _ in range(1000)])
-    dec, stop = betting_paths(v, 1, 1000, 0.0, A, 1000)
+    dec, stop = betting_paths(v, 1, 1000, 0.0, A, 1000, compiled=compiled)
     assert np.mean(dec == R.ACCEPT) <= A and np.all(stop <= 1000)  # the full task set always decides
 
 
@@ -162,8 +165,10 @@ def test_coverage_gating_per_case_across_blocks(monkeypatch: pytest.MonkeyPatch)
     v = rng.integers(-1, 2, size=(30, 50)) + (rng.random((30, 50)) < 0.4)
     v = np.clip(v, -1, 1)
     cov = rng.random((30, 50)) < 0.7
-    whole = betting_paths(v, 1, 50, 0.0, A, 50, cov)
+    whole = betting_paths(v, 1, 50, 0.0, A, 50, cov, compiled=False)
     monkeypatch.setattr(betting, "_BLOCK", 50 * 7)  # blocks of 7 cases
+    assert all(np.array_equal(x, y) for x, y in
+               zip(whole, betting_paths(v, 1, 50, 0.0, A, 50, cov, compiled=False), strict=True))
     assert all(np.array_equal(x, y) for x, y in zip(whole, betting_paths(v, 1, 50, 0.0, A, 50, cov), strict=True))
     for c in range(30):
         one = betting_paths(v[c : c + 1], 1, 50, 0.0, A, 50, cov[c : c + 1])

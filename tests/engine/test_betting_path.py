@@ -6,6 +6,7 @@ for each mask, and its wealth at the stop is ``betting_statistic``'s; the live a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from service.engine import betting
 from service.engine.live import live_from_arrays
@@ -59,7 +60,7 @@ def test_the_live_statistic_is_the_wealth_at_the_stop() -> None:
 
 
 def test_segments_give_what_one_pass_gives(monkeypatch) -> None:
-    """``betting_paths`` advances many paths ``SEGMENT`` steps at a time and drops those that
+    """numpy's ``betting_paths`` advances many paths ``SEGMENT`` steps at a time and drops those that
     have concluded for every threshold: decisions and stops equal one segment over the whole
     path, with several thresholds, per-path and shared coverage masks, and paths that conclude
     in the first segment, in later ones and never."""
@@ -78,10 +79,10 @@ def test_segments_give_what_one_pass_gives(monkeypatch) -> None:
         cov = None if trial % 3 == 0 else (rng.random((1 if trial % 3 == 1 else cases, kmax)) < 0.85)
         monkeypatch.setattr(betting, "SEGMENT", 7)
         monkeypatch.setattr(betting, "_COLUMN_SUMS_FROM", (0, 10**9)[trial % 2])  # both ways of summing
-        got = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
+        got = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov, compiled=False)
         monkeypatch.setattr(betting, "SEGMENT", 10**6)
         monkeypatch.setattr(betting, "_COLUMN_SUMS_FROM", 10**9)
-        want = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
+        want = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov, compiled=False)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
 
 
@@ -95,3 +96,48 @@ def test_column_sums_are_cumsum_to_the_bit() -> None:
         want = np.cumsum(np.concatenate([start[:, None], x], axis=1), axis=1)[:, 1:]
         assert np.array_equal(betting._carried(start, x), want)
         assert np.array_equal(betting._carried(start, x.copy(), scratch=True), want)
+
+
+def test_the_compiled_walk_gives_what_numpy_gives() -> None:
+    """The compiled walk (each path left at its first conclusion for every threshold) concludes
+    per path and threshold where numpy's walk of many paths does, and where numpy's arithmetic
+    over the whole of one path (``betting_path``) does, with several thresholds,
+    per-path and shared coverage masks, lattices and real differences, and paths that conclude
+    at once, later and never."""
+    rng = np.random.default_rng(4)
+    concluded = open_ = 0
+    for trial in range(60):
+        lattice = (None, 1, 2, 5)[trial % 4]
+        scale = lattice or 1
+        kmax = int(rng.integers(1, 120))
+        n = kmax + int(rng.integers(0, 80))
+        cases = int(rng.integers(1, 50))
+        vals = np.arange(-scale, scale + 1)
+        v = rng.choice(vals, size=(cases, kmax), p=rng.dirichlet(np.ones(len(vals)) * 0.7)).astype(np.float64)
+        if lattice is None:
+            v = np.round(v + rng.uniform(-0.3, 0.3, v.shape), 3).clip(-1, 1)
+        thetas = [0.0, 0.05, -0.1] if trial % 2 else [0.02]
+        cov = None if trial % 3 == 0 else (rng.random((1 if trial % 3 == 1 else cases, kmax)) < 0.85)
+        dec, stop = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
+        numpy_walk = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov, compiled=False)
+        assert np.array_equal(dec, numpy_walk[0]) and np.array_equal(stop, numpy_walk[1]), trial
+        for j, theta in enumerate(thetas):
+            for p in range(cases):
+                mask = None if cov is None else cov[0 if len(cov) == 1 else p]
+                path = betting.betting_path(v[p], lattice, n, theta, A, mask)
+                assert (int(dec[j, p]), int(stop[j, p])) == (path.decision, path.stop), (trial, j, p)
+                concluded += path.decision != 0
+                open_ += path.decision == 0
+    assert concluded > 300 and open_ > 300
+
+
+def test_paths_past_kmax_and_mask_rows() -> None:
+    """Steps past ``kmax`` are not read, integer values walk as their floats do, and a mask
+    with neither one row nor a row per path is refused."""
+    rng = np.random.default_rng(9)
+    v = rng.integers(-1, 2, size=(20, 80))
+    short = betting.betting_paths(v, 1, 100, 0.0, A, 50)
+    assert all(np.array_equal(x, y) for x, y in
+               zip(short, betting.betting_paths(v[:, :50].astype(float), 1, 100, 0.0, A, 50), strict=True))
+    with pytest.raises(ValueError, match="3 rows for 20 paths"):
+        betting.betting_paths(v, 1, 100, 0.0, A, 50, np.ones((3, 50), dtype=bool))
