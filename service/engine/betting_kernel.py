@@ -180,18 +180,19 @@ def confidence_sequence(x, n, s_t, log_inv_a, from_grid):  # pragma: no cover - 
 
 
 @compiled
-def first_conclusions(v, scale, lattice, n, thetas, log_inv_a, kmax, cov, dec, stop):  # pragma: no cover - compiled
-    """``betting.betting_paths`` for every path (row of ``v``, values in observation order):
-    each path walked step by step until it has concluded for every threshold, writing its
-    first conclusion per threshold into ``dec`` and ``stop`` (left as they are where none).
-    ``lattice`` 0: ``v`` holds the differences themselves. ``cov`` ``[1 or paths, kmax]``.
+def first_conclusions(src, order, scale, lattice, n, thetas, log_inv_a, kmax, cov, dec, stop):  # pragma: no cover
+    """``betting.betting_paths`` for every path, walked step by step until it has concluded for
+    every threshold; its first conclusion per threshold goes into ``dec`` and ``stop`` (left as
+    they are where none). Path ``p = i·R + r`` reads the values ``src[i, order[r, t]]`` (``R`` the
+    rows of ``order``: a replay's pairs in its orders, without gathering them into paths first);
+    ``cov`` row ``p mod`` its rows (one shared row, one per order or one per path).
+    ``lattice`` 0: the values are the differences themselves.
 
     The arithmetic of the numpy rule (``betting._prefix_of``, ``_centre``, ``_bets``,
     ``_gains``, ``_conclusions``) expression for expression, the running sums added in
-    observation order as ``np.cumsum`` adds them; ``log1p`` is the C library's, which may
-    differ from numpy's in its last bit (numpy uses its own SIMD version where the CPU has
-    AVX-512). Of the two bets at a step one is 0, and its ``log1p(±0)`` adds nothing, so it is
-    not taken: that halves the logarithms, which are most of a step's time."""
+    observation order as ``np.cumsum`` adds them; ``log1p`` is the C library's (module doc). Of
+    the two bets at a step one is 0, and its ``log1p(±0)`` adds nothing, so it is not taken:
+    that halves the logarithms, which are most of a step's time."""
     n_th = len(thetas)
     up = np.empty(n_th)
     dn = np.empty(n_th)
@@ -199,8 +200,10 @@ def first_conclusions(v, scale, lattice, n, thetas, log_inv_a, kmax, cov, dec, s
     theta_x = np.empty(n_th)
     for j in range(n_th):
         theta_x[j] = (thetas[j] + 1.0) / 2.0
-    shared_cov = cov.shape[0] == 1
-    for p in range(v.shape[0]):
+    n_orders = order.shape[0]
+    for p in range(src.shape[0] * n_orders):
+        i_src = p // n_orders
+        r = p - i_src * n_orders
         s = 0.0  # S_t: the sum of x
         q = 0.0  # the sum of x²
         vsum = 0.0  # the sum of the values themselves
@@ -209,9 +212,9 @@ def first_conclusions(v, scale, lattice, n, thetas, log_inv_a, kmax, cov, dec, s
             dn[j] = 0.0
             open_[j] = True
         n_open = n_th
-        row = 0 if shared_cov else p
+        row = p % cov.shape[0]
         for t in range(kmax):
-            vv = v[p, t]
+            vv = src[i_src, order[r, t]]
             x = (vv / scale + 1.0) / 2.0
             xx = x * x
             s += x
@@ -258,8 +261,8 @@ def warm() -> None:
     interval or replay. Both ends searched, the grid scanned, and a path walked."""
     confidence_sequence(np.array([1.0, 0.0, 0.5, 1.0]), 40, 2.5, math.log(20.0), True)
     stop = np.zeros((1, 1), dtype=np.int64)
-    first_conclusions(np.zeros((1, 1)), 1.0, 1, 2, np.zeros(1), math.log(20.0), 1, np.ones((1, 1), dtype=np.bool_),
-                      np.zeros((1, 1), dtype=np.int8), stop)
+    first_conclusions(np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64), 1.0, 1, 2, np.zeros(1), math.log(20.0), 1,
+                      np.ones((1, 1), dtype=np.bool_), np.zeros((1, 1), dtype=np.int8), stop)
 
 
 warm()
