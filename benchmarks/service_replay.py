@@ -8,14 +8,15 @@ thresholds grouped by ``group``; ``--board SxTxG`` generates a synthetic board o
 T tasks and G groups (``sufficiency synth``) instead. First the CLI replays it in one process
 (``sufficiency replay --format json``, per-pair rows included, as a user runs it: its chunks on
 as many threads as the host gives it, up to four), then again with ``--threads 1`` (its chunks
-on one thread, as the CLI ran when issue 13 set its goal), which must write the same report;
-then, for each worker count, ``sufficiency serve`` and that many ``sufficiency worker
+on one thread, as the CLI ran when issue 13 set its goal, OpenBLAS's threads free to use the
+other cores) and on one core (``--threads 1`` and ``OPENBLAS_NUM_THREADS=1``), both of which
+must write the same report; then, for each worker count, ``sufficiency serve`` and that many ``sufficiency worker
 --concurrency 1`` processes start against a private Postgres database and Redis queue (created
 and removed here) and are waited for until ready (``--alive-file``), the records are uploaded
 and the replay submitted, and its end awaited as a client should, with ``GET /v1/replays/{id}?wait=``
 (``--poll S`` reads the status every S seconds instead: at 0.05 s that cost the API about
 0.4 s of CPU per 5 s replay, on the cores the workers share). Reported per run: wall time from submission to a stored
-report and its ratios to the CLI's two times in this run (the host is shared: only the ratio
+report and its ratios to the CLI's three times in this run (the host is shared: only the ratio
 means much), the CPU seconds of the CLI, of each worker and of the API process during the
 replay (the POST's share apart), the peak resident memory of the CLI and of each worker
 process, the report's size per configuration, whether it equals the CLI's report without its
@@ -113,15 +114,17 @@ def submit(http: httpx.Client, dataset_id: str, spec: dict, api_pids: list[int],
     return r, state, post_seconds, time.monotonic() - t0, post_cpu
 
 
-def run_cli(records: Path, cli_args: list[str], out: Path) -> tuple[float, float, float]:
+def run_cli(records: Path, cli_args: list[str], out: Path, env: dict[str, str] | None = None,
+            ) -> tuple[float, float, float]:
     """``sufficiency replay`` of ``records`` to ``out`` as JSON: its seconds, CPU seconds and the
-    peak resident memory of this process's largest child so far (MB)."""
+    peak resident memory of this process's largest child so far (MB). ``env``: added to ours."""
     t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         [sys.executable, "-m", "service.cli", "replay", str(records), *cli_args, "--format", "json", "--out", str(out)],
         cwd=REPO,
         check=True,
         capture_output=True,
+        env={**os.environ, **(env or {})},
     )
     seconds = time.monotonic() - t0
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -147,11 +150,11 @@ def wait_ready(alive: list[Path], pool: list[subprocess.Popen], started: float, 
     return took  # type: ignore[return-value]  (no None left)
 
 
-def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tuple[float, float], tmp: Path,
+def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tuple[float, float, float], tmp: Path,
              timeout: float, repeat: bool = False, profile: Path | None = None, poll: float = 0.0) -> dict:
     """One replay through the API on ``workers`` Celery workers; its times, CPU, memory and checks.
-    ``cli_times``: the CLI's seconds as a user runs it and with ``--threads 1``."""
-    cli_seconds, one_seconds = cli_times
+    ``cli_times``: the CLI's seconds as a user runs it, with ``--threads 1`` and on one core."""
+    cli_seconds, one_seconds, core_seconds = cli_times
     from service.engine.report import report_json
 
     admin = create_engine(PG, isolation_level="AUTOCOMMIT")
@@ -243,6 +246,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
                     "seconds": round(elapsed2, 1),
                     "ratio_to_cli": round(elapsed2 / cli_seconds, 3),
                     "ratio_to_cli_one_thread": round(elapsed2 / one_seconds, 3),
+                    "ratio_to_cli_one_core": round(elapsed2 / core_seconds, 3),
                     "estimated_seconds": r2.json().get("estimated_seconds"),
                     "worker_cpu_seconds": [round(procs.cpu_seconds(worker_pids(w.pid)) - c, 2)
                                            for w, c in zip(pool, cpu0, strict=True)],
@@ -255,6 +259,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
             "estimated_seconds": r.json().get("estimated_seconds"),
             "ratio_to_cli": round(elapsed / cli_seconds, 3),
             "ratio_to_cli_one_thread": round(elapsed / one_seconds, 3),
+            "ratio_to_cli_one_core": round(elapsed / core_seconds, 3),
             "worker_cpu_seconds": cpu,
             "api_cpu_seconds": api_cpu,
             "api_cpu_seconds_post": post_cpu,
@@ -271,7 +276,7 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
         }
         print(
             f"{workers} worker(s): {elapsed:.1f} s = {out['ratio_to_cli']}x the CLI, {out['ratio_to_cli_one_thread']}x "
-            f"the CLI with --threads 1 (the POST answered in "
+            f"the CLI with --threads 1, {out['ratio_to_cli_one_core']}x on one core (the POST answered in "
             f"{post_seconds:.2f} s, estimate {out['estimated_seconds']} s); {state['n_pairs']} pairs in "
             f"{state['n_chunks']} chunks; CPU s: workers {cpu}, API {api_cpu} ({post_cpu} in the POST); "
             f"worker peak RSS {out['worker_peak_rss_mb']} MB; report "
@@ -283,7 +288,8 @@ def run_once(records: Path, spec: dict, workers: int, cli: dict, cli_times: tupl
         if again:
             print(
                 f"  the same replay again: {again['seconds']:.1f} s = {again['ratio_to_cli']}x the CLI, "
-                f"{again['ratio_to_cli_one_thread']}x the CLI with --threads 1 (estimate "
+                f"{again['ratio_to_cli_one_thread']}x the CLI with --threads 1, "
+                f"{again['ratio_to_cli_one_core']}x on one core (estimate "
                 f"{again['estimated_seconds']} s); CPU s: workers {again['worker_cpu_seconds']}; after it was stored "
                 f"(s): {', '.join(f'{k} {v}' for k, v in again['timeline_seconds'].items())}",
                 flush=True,
@@ -363,8 +369,18 @@ def main(argv: list[str] | None = None) -> int:
         if (tmp / "cli1.json").read_bytes() != out.read_bytes():
             raise RuntimeError("the CLI's report with --threads 1 differs from its report on several threads")
         print(f"CLI with --threads 1: {one_seconds:.1f} s, {one_cpu:.1f} s CPU, the same report", flush=True)
-        runs = [run_once(records, spec, int(w), cli, (cli_seconds, one_seconds), tmp, args.timeout, args.again,
-                         args.profile, args.poll) for w in args.workers.split(",")]
+        # and on one core: OpenBLAS on one thread too, so that only this process's own thread works
+        # (with --threads 1 OpenBLAS's threads keep the other cores busy, mostly spinning: on two
+        # cores 12.7 s of CPU for 7.2 s, against 7.2 s of CPU for 7.4 s on one, 2026-12-05)
+        core_seconds, core_cpu, _ = run_cli(records, [*cli_args, "--threads", "1"], tmp / "cli1.json",
+                                            {"OPENBLAS_NUM_THREADS": "1"})
+        if (tmp / "cli1.json").read_bytes() != out.read_bytes():
+            raise RuntimeError("the CLI's report on one core differs from its report on several threads")
+        print(f"CLI on one core (--threads 1, OPENBLAS_NUM_THREADS=1): {core_seconds:.1f} s, {core_cpu:.1f} s CPU, "
+              "the same report", flush=True)
+        times = (cli_seconds, one_seconds, core_seconds)
+        runs = [run_once(records, spec, int(w), cli, times, tmp, args.timeout, args.again, args.profile, args.poll)
+                for w in args.workers.split(",")]
     print(
         json.dumps(
             {
@@ -373,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                 "cli_peak_rss_mb": round(cli_rss),
                 "cli_one_thread_seconds": round(one_seconds, 1),
                 "cli_one_thread_cpu_seconds": round(one_cpu, 2),
+                "cli_one_core_seconds": round(core_seconds, 1),
+                "cli_one_core_cpu_seconds": round(core_cpu, 2),
                 "cli_report_bytes": cli_bytes,
                 "runs": runs,
             }
