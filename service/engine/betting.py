@@ -165,8 +165,9 @@ def betting_paths(
     when no step concludes; a sequence of thresholds adds a leading axis to both.
 
     ``compiled`` (``betting_kernel.first_conclusions``): each path walked step by step and left
-    at its first conclusion for every threshold, about 2.5 times numpy's speed, and the same
-    arithmetic but for ``log1p``'s last bit (module doc there). A live answer's forecast takes
+    at its first conclusion for every threshold (``swebench_lite``'s paths, 500 orders, one
+    threshold: 2.9 s against numpy's 5.1 s), the same arithmetic but for ``log1p``'s last bit
+    (module doc there). A live answer's forecast takes
     it (its process has loaded the kernel for the interval); a replay takes it when its walk is
     large enough to repay loading numba (``compiled_walk``), decided once per replay so that
     its report does not depend on how its pairs are chunked or what a process has loaded.
