@@ -131,24 +131,36 @@ def scheduled_paths(
     dec = np.zeros(cases, dtype=np.int8)
     stop = np.full(cases, int(ks[-1]) + 1, dtype=np.int64)
     live = np.ones(cases, dtype=bool)
-    vf = v.astype(np.float64)
+    if rule not in ("paired_normal", "serfling", "mcnemar", "bootstrap"):
+        raise ValueError(f"rule '{rule}' takes no schedule")
+    vf = v[:, : int(max(ks, default=0))].astype(np.float64)
+    run = _Running(vf, ks, rule, lattice)
     for j, (k, lvl) in enumerate(zip(ks, lvls, strict=True)):
         idx = np.flatnonzero(live)
         if not len(idx):
             break
-        part = vf[idx, :k]
-        s = part.sum(axis=1)
+        part = None
+        if run.covers:
+            run.advance(idx, k)
+            s = run.s[idx]
+        else:
+            part = vf[idx, :k]
+            s = part.sum(axis=1)
         kk = np.full(len(idx), k)
         if rule == "paired_normal":
-            d = _paired_normal_guarded(s, (part * part).sum(axis=1), k, theta, lvl, lattice)
+            d = _paired_normal_guarded(s, run.q[idx] if part is None else (part * part).sum(axis=1), k, theta, lvl,
+                                       lattice)
         elif rule == "serfling":
             d = R.serfling(s, kk, n, theta, lvl, lattice)
         elif rule == "mcnemar":
-            d = R.mcnemar((part > 0).sum(axis=1), (part < 0).sum(axis=1), lvl)
-        elif rule == "bootstrap":
-            d = _bootstrap_exact(part, s, k, theta, lvl, lattice, resamples, None if u is None else u[idx, j])
+            counts = (run.plus[idx], run.minus[idx]) if part is None else ((part > 0).sum(axis=1),
+                                                                           (part < 0).sum(axis=1))
+            d = R.mcnemar(*counts, lvl)
         else:
-            raise ValueError(f"rule '{rule}' takes no schedule")
+            if part is None and not run.binary:  # lattice values: the tail needs each row's histogram
+                part = vf[idx, :k]
+            counts = (run.plus[idx], run.minus[idx]) if run.binary else None
+            d = _bootstrap_exact(part, s, k, theta, lvl, lattice, resamples, None if u is None else u[idx, j], counts)
         if cov_ok is not None:
             d = np.where(cov_ok[idx, j], d, R.DEFER)
         hit = d != R.DEFER
@@ -156,6 +168,38 @@ def scheduled_paths(
         stop[idx[hit]] = k
         live[idx[hit]] = False
     return dec, stop
+
+
+class _Running:
+    """Each path's sums so far, advanced checkpoint by checkpoint over the paths still live:
+    ``s``, and as the rule needs them ``q`` (squares) or ``plus`` and ``minus`` (the counts of
+    positive and negative values). Summed anew over each live path's first ``k`` values at
+    every checkpoint, they cost a copy and a pass over the whole prefix each time: a scheduled
+    replay of ``swebench_lite`` spent half its time there. Only on a lattice (``covers``:
+    integer values, whose sums are exact in any order, so the same numbers); ``binary``: a 0/1
+    bootstrap's counts are kept too (its values all within ``[-1, 1]``, as ``_bootstrap_exact``
+    asks)."""
+
+    def __init__(self, vf: np.ndarray, ks: Sequence[int], rule: str, lattice: int | None):
+        self.vf, self.rule = vf, rule
+        self.covers = lattice is not None and len(ks) > 0 and min(ks) >= 1
+        self.binary = self.covers and rule == "bootstrap" and lattice == 1 and bool(np.all(np.abs(vf) <= 1))
+        cases = len(vf)
+        self.s, self.q = np.zeros(cases), np.zeros(cases)
+        self.plus, self.minus = np.zeros(cases, dtype=np.int64), np.zeros(cases, dtype=np.int64)
+        self.at = 0  # the values summed so far, per live path
+
+    def advance(self, idx: np.ndarray, k: int) -> None:
+        """Add values ``at..k`` of the paths ``idx`` (every path still live: the others are not
+        read again)."""
+        seg = self.vf[idx, self.at : k]
+        self.s[idx] += seg.sum(axis=1)
+        if self.rule == "paired_normal":
+            self.q[idx] += (seg * seg).sum(axis=1)
+        if self.rule == "mcnemar" or self.binary:
+            self.plus[idx] += (seg > 0).sum(axis=1)
+            self.minus[idx] += (seg < 0).sum(axis=1)
+        self.at = k
 
 
 def _paired_normal_guarded(
@@ -186,14 +230,16 @@ def _bootstrap_exact(
     lattice: int,
     resamples: int | str = "exact",
     u: np.ndarray | None = None,
+    counts: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The bootstrap verdict of each row from the exact resampling tail of its ``k`` tasks and
-    one guard task (see ``GUARD``); ``B`` resamples draw from ``u``."""
-    kk = np.full(len(part), k)
+    one guard task (see ``GUARD``); ``B`` resamples draw from ``u``. ``counts``: the rows' positive
+    and negative counts where they are known to be 0/1 (``part`` is then not read)."""
+    kk = np.full(len(s), k)
     pos = R.above(s, kk, theta, lattice)
     c = R.bootstrap_threshold(theta, kk + 1, lattice)
-    if lattice == 1 and np.all(np.abs(part) <= 1):
-        n_plus, n_minus = (part > 0).sum(axis=1), (part < 0).sum(axis=1)
+    if counts is not None or (lattice == 1 and np.all(np.abs(part) <= 1)):
+        n_plus, n_minus = counts if counts is not None else ((part > 0).sum(axis=1), (part < 0).sum(axis=1))
         p_low = R.tail_binary(kk + 1, n_plus + ~pos, n_minus + pos, c)
     else:
         vals = np.union1d(np.unique(part).astype(np.int64), [-lattice, lattice])

@@ -196,3 +196,28 @@ def test_replay_with_a_schedule_ends_each_case_at_its_first_conclusive_checkpoin
                 counts[R.DEFER],
             ), (cfg.policy.name, j)
             assert budget["mean_tasks_used"] == pytest.approx(used / (plan.n_pairs * spec.orders), rel=1e-9)
+
+
+def test_scheduled_paths_on_a_lattice_equal_the_guarded_rule_at_each_checkpoint() -> None:
+    """Several trials per task (values on a lattice of step 1/2 and 1/5; the guard task is a
+    whole ±1): every checkpoint's sums, read off one pass along the paths (``schedule._Prefix``),
+    give what ``rules.decide`` gives on the observed tasks and the guard, for every rule that
+    takes such records (McNemar's is for 0/1 records alone)."""
+    rng = np.random.default_rng(11)
+    ks, lv = [4, 10, 25, 50], S.levels([4, 10, 25, 50], A, "obrien_fleming")
+    for lattice in (2, 5):
+        for rule in ("bootstrap", "paired_normal", "serfling"):
+            v = rng.integers(-lattice, lattice + 1, size=(50, 50))
+            v[:, :10] = np.where(rng.random((50, 10)) < 0.5, lattice, v[:, :10])  # some early conclusions
+            dec, stop = S.scheduled_paths(rule, v, lattice, ks, lv, 0.0, 50)
+            concluded = 0
+            for c in range(len(v)):
+                want, at = R.DEFER, 51
+                for k, level in zip(ks, lv, strict=True):
+                    got = _guarded_decide(rule, v[c, :k] / lattice, level, 50)
+                    if got != R.DEFER:
+                        want, at = got, k
+                        break
+                assert (dec[c], stop[c]) == (want, at), (lattice, rule, c)
+                concluded += want != R.DEFER
+            assert concluded >= 5, (lattice, rule)
