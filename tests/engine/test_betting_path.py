@@ -59,6 +59,21 @@ def test_the_live_statistic_is_the_wealth_at_the_stop() -> None:
     assert out["statistic"]["log_wealth_down"] == float(f"{stat['log_wealth_down']:.12g}")
 
 
+def _random_paths(rng: np.random.Generator, trial: int) -> tuple[int | None, int, int, int, np.ndarray]:
+    """``(lattice, kmax, n, cases, v)``: paths on no lattice and on lattices of step 1, 1/2 and
+    1/5 in turn, of random lengths, counts and value frequencies (some conclude at once, some never)."""
+    lattice = (None, 1, 2, 5)[trial % 4]
+    scale = lattice or 1
+    kmax = int(rng.integers(1, 120))
+    n = kmax + int(rng.integers(0, 80))
+    cases = int(rng.integers(1, 50))
+    vals = np.arange(-scale, scale + 1)
+    v = rng.choice(vals, size=(cases, kmax), p=rng.dirichlet(np.ones(len(vals)) * 0.7)).astype(np.float64)
+    if lattice is None:
+        v = np.round(v + rng.uniform(-0.3, 0.3, v.shape), 3).clip(-1, 1)
+    return lattice, kmax, n, cases, v
+
+
 def test_segments_give_what_one_pass_gives(monkeypatch) -> None:
     """numpy's ``betting_paths`` advances many paths ``SEGMENT`` steps at a time and drops those that
     have concluded for every threshold: decisions and stops equal one segment over the whole
@@ -66,15 +81,7 @@ def test_segments_give_what_one_pass_gives(monkeypatch) -> None:
     in the first segment, in later ones and never."""
     rng = np.random.default_rng(4)
     for trial in range(60):
-        lattice = (None, 1, 2, 5)[trial % 4]
-        scale = lattice or 1
-        kmax = int(rng.integers(1, 120))
-        n = kmax + int(rng.integers(0, 80))
-        cases = int(rng.integers(1, 50))
-        vals = np.arange(-scale, scale + 1)
-        v = rng.choice(vals, size=(cases, kmax), p=rng.dirichlet(np.ones(len(vals)) * 0.7)).astype(np.float64)
-        if lattice is None:
-            v = np.round(v + rng.uniform(-0.3, 0.3, v.shape), 3).clip(-1, 1)
+        lattice, kmax, n, cases, v = _random_paths(rng, trial)
         thetas = [0.0, 0.05, -0.1] if trial % 2 else 0.02
         cov = None if trial % 3 == 0 else (rng.random((1 if trial % 3 == 1 else cases, kmax)) < 0.85)
         monkeypatch.setattr(betting, "SEGMENT", 7)
@@ -107,15 +114,7 @@ def test_the_compiled_walk_gives_what_numpy_gives() -> None:
     rng = np.random.default_rng(4)
     concluded = open_ = 0
     for trial in range(60):
-        lattice = (None, 1, 2, 5)[trial % 4]
-        scale = lattice or 1
-        kmax = int(rng.integers(1, 120))
-        n = kmax + int(rng.integers(0, 80))
-        cases = int(rng.integers(1, 50))
-        vals = np.arange(-scale, scale + 1)
-        v = rng.choice(vals, size=(cases, kmax), p=rng.dirichlet(np.ones(len(vals)) * 0.7)).astype(np.float64)
-        if lattice is None:
-            v = np.round(v + rng.uniform(-0.3, 0.3, v.shape), 3).clip(-1, 1)
+        lattice, kmax, n, cases, v = _random_paths(rng, trial)
         thetas = [0.0, 0.05, -0.1] if trial % 2 else [0.02]
         cov = None if trial % 3 == 0 else (rng.random((1 if trial % 3 == 1 else cases, kmax)) < 0.85)
         dec, stop = betting.betting_paths(v, lattice, n, thetas, A, kmax, cov)
