@@ -157,10 +157,11 @@ def scheduled_paths(
                                                                            (part < 0).sum(axis=1))
             d = R.mcnemar(*counts, lvl)
         else:
-            if part is None and not run.binary:  # lattice values: the tail needs each row's histogram
+            if part is None and not run.binary and not run.width:  # the tail needs each row's histogram
                 part = vf[idx, :k]
             counts = (run.plus[idx], run.minus[idx]) if run.binary else None
-            d = _bootstrap_exact(part, s, k, theta, lvl, lattice, resamples, None if u is None else u[idx, j], counts)
+            d = _bootstrap_exact(part, s, k, theta, lvl, lattice, resamples, None if u is None else u[idx, j], counts,
+                                 run.hist[idx] if run.width else None)
         if cov_ok is not None:
             d = np.where(cov_ok[idx, j], d, R.DEFER)
         hit = d != R.DEFER
@@ -178,7 +179,8 @@ class _Running:
     replay of ``swebench_lite`` spent half its time there. Only on a lattice (``covers``:
     integer values, whose sums are exact in any order, so the same numbers); ``binary``: a 0/1
     bootstrap's counts are kept too (its values all within ``[-1, 1]``, as ``_bootstrap_exact``
-    asks)."""
+    asks); ``width``: a lattice bootstrap's histograms over ``-L..L`` (``hist``), which a
+    comparison of every value of every prefix with every value took most of the time to count."""
 
     def __init__(self, vf: np.ndarray, ks: Sequence[int], rule: str, lattice: int | None):
         self.vf, self.rule = vf, rule
@@ -188,6 +190,12 @@ class _Running:
         self.s, self.q = np.zeros(cases), np.zeros(cases)
         self.plus, self.minus = np.zeros(cases, dtype=np.int64), np.zeros(cases, dtype=np.int64)
         self.at = 0  # the values summed so far, per live path
+        # a lattice bootstrap's histograms over -L..L, counted as the sums are
+        self.width = 0
+        if self.covers and rule == "bootstrap" and not self.binary and lattice is not None:
+            if np.all(np.abs(vf) <= lattice) and np.array_equal(vf, np.round(vf)):
+                self.width, self.lattice = 2 * lattice + 1, lattice
+                self.hist = np.zeros((cases, self.width), dtype=np.int64)
 
     def advance(self, idx: np.ndarray, k: int) -> None:
         """Add values ``at..k`` of the paths ``idx`` (every path still live: the others are not
@@ -199,6 +207,9 @@ class _Running:
         if self.rule == "mcnemar" or self.binary:
             self.plus[idx] += (seg > 0).sum(axis=1)
             self.minus[idx] += (seg < 0).sum(axis=1)
+        if self.width:
+            cell = np.arange(len(idx))[:, None] * self.width + (seg + self.lattice).astype(np.int64)
+            self.hist[idx] += np.bincount(cell.ravel(), minlength=len(idx) * self.width).reshape(len(idx), -1)
         self.at = k
 
 
@@ -231,20 +242,68 @@ def _bootstrap_exact(
     resamples: int | str = "exact",
     u: np.ndarray | None = None,
     counts: tuple[np.ndarray, np.ndarray] | None = None,
+    full_hist: np.ndarray | None = None,
 ) -> np.ndarray:
     """The bootstrap verdict of each row from the exact resampling tail of its ``k`` tasks and
     one guard task (see ``GUARD``); ``B`` resamples draw from ``u``. ``counts``: the rows' positive
-    and negative counts where they are known to be 0/1 (``part`` is then not read)."""
+    and negative counts where they are known to be 0/1; ``full_hist``: their histograms over
+    ``-L..L`` (``part`` is then not read)."""
     kk = np.full(len(s), k)
     pos = R.above(s, kk, theta, lattice)
     c = R.bootstrap_threshold(theta, kk + 1, lattice)
-    if counts is not None or (lattice == 1 and np.all(np.abs(part) <= 1)):
-        n_plus, n_minus = counts if counts is not None else ((part > 0).sum(axis=1), (part < 0).sum(axis=1))
+    if counts is None and full_hist is None and lattice == 1 and np.all(np.abs(part) <= 1):
+        counts = (part > 0).sum(axis=1), (part < 0).sum(axis=1)
+    if counts is not None:
+        n_plus, n_minus = counts
         p_low = R.tail_binary(kk + 1, n_plus + ~pos, n_minus + pos, c)
+        return R.bootstrap_from_tail(p_low, pos, level, resamples, u)
+    if full_hist is not None:  # the values present in some row, and -L and L
+        present = full_hist.any(axis=0)
+        present[0] = present[-1] = True
+        vals = np.arange(-lattice, lattice + 1, dtype=np.int64)[present]
+        hist = full_hist[:, present]
     else:
         vals = np.union1d(np.unique(part).astype(np.int64), [-lattice, lattice])
         hist = (part[:, :, None] == vals[None, None, :]).sum(axis=1)
-        hist[:, 0] += pos  # -L against an accept
-        hist[:, -1] += ~pos  # +L against a reject
-        p_low = R.tail_lattice(hist, vals, c)
-    return R.bootstrap_from_tail(p_low, pos, level, resamples, u)
+    hist[:, 0] += pos  # -L against an accept
+    hist[:, -1] += ~pos  # +L against a reject
+    return _staged(hist, vals, c, pos, level, resamples, u)
+
+
+class _RowLaws:
+    """``lattice_decisions.Histograms`` for rows given whole (``hist [rows, V]`` over ``values``,
+    lattice units): each row its own law, none seen negated."""
+
+    def __init__(self, hist: np.ndarray, values: np.ndarray):
+        rows = len(hist)
+        self.values = np.asarray(values, dtype=np.int64)
+        self.counts = np.asarray(hist, dtype=np.float64)
+        self.words = np.asarray(hist, dtype=np.int64)  # code each row exactly
+        self.law = self.own = np.arange(rows)
+        self.mirror = np.full(rows, -1)
+        self.flip = np.zeros(rows, dtype=bool)
+        self.k = self.words.sum(axis=1)
+        vf = self.values.astype(np.float64)
+        self.s = self.counts @ vf
+        self.q = self.counts @ (vf * vf)
+        present = self.words > 0
+        self.vlo = vf[np.argmax(present, axis=1)]
+        self.vhi = vf[len(vf) - 1 - np.argmax(present[:, ::-1], axis=1)]
+
+
+def _staged(hist: np.ndarray, vals: np.ndarray, c: np.ndarray, pos: np.ndarray, level: float,
+            resamples: int | str, u: np.ndarray | None) -> np.ndarray:
+    """The bootstrap verdicts of ``_bootstrap_exact`` on a lattice, each row's tail bracketed in
+    stages (Bennett, Berry-Esseen, a short characteristic-function sum) and computed exactly
+    only where its bracket straddles the level, as an unscheduled replay does
+    (``lattice_decisions.Tails``)."""
+    from service.engine.lattice_decisions import Tails, _finite_b_decide
+
+    if resamples == "exact":
+
+        def decide(p: np.ndarray, i: np.ndarray | slice) -> np.ndarray:
+            return R.bootstrap_from_tail(p, pos[i], level, "exact")
+
+    else:
+        decide = _finite_b_decide(float(level), int(resamples), pos, np.asarray(u, dtype=np.float64))[0]
+    return Tails(_RowLaws(hist, vals), np.asarray(c, dtype=np.int64)).settle(decide)

@@ -221,3 +221,51 @@ def test_scheduled_paths_on_a_lattice_equal_the_guarded_rule_at_each_checkpoint(
                 assert (dec[c], stop[c]) == (want, at), (lattice, rule, c)
                 concluded += want != R.DEFER
             assert concluded >= 5, (lattice, rule)
+
+
+@pytest.mark.parametrize("resamples", ["exact", 200])
+def test_staged_lattice_verdicts_equal_the_exact_tail(resamples) -> None:
+    """A scheduled bootstrap on a lattice brackets each row's tail in stages and computes it
+    exactly only where the bracket straddles the level (``schedule._staged``): the verdicts
+    equal those of every row's exact tail (``rules.tail_lattice``), for the exact rule and a
+    finite B drawn from the same uniforms; from ``part`` or from histograms kept along the
+    paths (``_Running``), the same."""
+    rng = np.random.default_rng(21)
+    decided = 0
+    for trial in range(12):
+        lattice = (2, 3, 5)[trial % 3]
+        k = int(rng.integers(3, 60))
+        p = rng.dirichlet(np.ones(2 * lattice + 1) * 0.6)
+        part = rng.choice(np.arange(-lattice, lattice + 1), size=(400, k), p=p).astype(np.float64)
+        theta, level = float(rng.choice([0.0, 0.05, -0.05])), float(rng.choice([0.05, 0.01, 0.2]))
+        u = rng.random(400)
+        s = part.sum(axis=1)
+        got = S._bootstrap_exact(part, s, k, theta, level, lattice, resamples, u)
+        full = np.stack([np.bincount((row + lattice).astype(int), minlength=2 * lattice + 1) for row in part])
+        assert np.array_equal(got, S._bootstrap_exact(None, s, k, theta, level, lattice, resamples, u, None, full))
+        kk = np.full(400, k)
+        pos = R.above(s, kk, theta, lattice)
+        vals = np.union1d(np.unique(part).astype(np.int64), [-lattice, lattice])
+        hist = (part[:, :, None] == vals[None, None, :]).sum(axis=1)
+        hist[:, 0] += pos
+        hist[:, -1] += ~pos
+        tail = R.tail_lattice(hist, vals, R.bootstrap_threshold(theta, kk + 1, lattice))
+        want = R.bootstrap_from_tail(tail, pos, level, resamples, u)
+        assert np.array_equal(got, want), (trial, np.flatnonzero(got != want)[:5])
+        decided += int((want != R.DEFER).sum())
+    assert decided > 500
+
+
+def test_row_laws_are_each_rows_own() -> None:
+    """``schedule._RowLaws`` (the rows' laws for the staged brackets): each row's count, sum,
+    sum of squares and least and largest present value, exactly."""
+    rng = np.random.default_rng(5)
+    vals = np.array([-5, -3, -1, 0, 2, 5])
+    hist = rng.integers(0, 4, size=(300, len(vals))) * (rng.random((300, len(vals))) < 0.6)
+    hist[:, 3] += 1  # no empty row
+    laws = S._RowLaws(hist, vals)
+    for r in range(300):
+        seen = np.repeat(vals, hist[r])
+        assert (laws.k[r], laws.s[r], laws.q[r]) == (len(seen), seen.sum(), (seen * seen).sum())
+        assert (laws.vlo[r], laws.vhi[r]) == (seen.min(), seen.max())
+    assert np.array_equal(laws.law, np.arange(300)) and np.all(laws.mirror == -1) and not laws.flip.any()
