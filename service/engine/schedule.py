@@ -171,6 +171,12 @@ def scheduled_paths(
     return dec, stop
 
 
+_HIST_BYTES = 64 << 20
+"""Largest histograms ``_Running`` keeps along the paths (``paths x (2L + 1)`` int64, and as
+much again while a checkpoint's are counted); past it (a fine lattice, many short paths) each
+checkpoint counts the live paths' prefixes as before."""
+
+
 class _Running:
     """Each path's sums so far, advanced checkpoint by checkpoint over the paths still live:
     ``s``, and as the rule needs them ``q`` (squares) or ``plus`` and ``minus`` (the counts of
@@ -193,7 +199,8 @@ class _Running:
         # a lattice bootstrap's histograms over -L..L, counted as the sums are
         self.width = 0
         if self.covers and rule == "bootstrap" and not self.binary and lattice is not None:
-            if np.all(np.abs(vf) <= lattice) and np.array_equal(vf, np.round(vf)):
+            fits = cases * (2 * lattice + 1) * 8 <= _HIST_BYTES
+            if fits and np.all(np.abs(vf) <= lattice) and np.array_equal(vf, np.round(vf)):
                 self.width, self.lattice = 2 * lattice + 1, lattice
                 self.hist = np.zeros((cases, self.width), dtype=np.int64)
 

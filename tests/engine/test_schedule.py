@@ -198,11 +198,14 @@ def test_replay_with_a_schedule_ends_each_case_at_its_first_conclusive_checkpoin
             assert budget["mean_tasks_used"] == pytest.approx(used / (plan.n_pairs * spec.orders), rel=1e-9)
 
 
-def test_scheduled_paths_on_a_lattice_equal_the_guarded_rule_at_each_checkpoint() -> None:
+@pytest.mark.parametrize("hist_bytes", [S._HIST_BYTES, 0])
+def test_scheduled_paths_on_a_lattice_equal_the_guarded_rule_at_each_checkpoint(hist_bytes, monkeypatch) -> None:
     """Several trials per task (values on a lattice of step 1/2 and 1/5; the guard task is a
-    whole ±1): every checkpoint's sums, read off one pass along the paths (``schedule._Prefix``),
-    give what ``rules.decide`` gives on the observed tasks and the guard, for every rule that
-    takes such records (McNemar's is for 0/1 records alone)."""
+    whole ±1): every checkpoint's sums and histograms, advanced along the paths
+    (``schedule._Running``; with no room for the histograms, counted at each checkpoint), give
+    what ``rules.decide`` gives on the observed tasks and the guard, for every rule that takes
+    such records (McNemar's is for 0/1 records alone)."""
+    monkeypatch.setattr(S, "_HIST_BYTES", hist_bytes)
     rng = np.random.default_rng(11)
     ks, lv = [4, 10, 25, 50], S.levels([4, 10, 25, 50], A, "obrien_fleming")
     for lattice in (2, 5):
