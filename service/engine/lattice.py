@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 import sys
-from functools import lru_cache
 
 import numpy as np
 
 from service.engine import rules as R
+from service.engine.arraycache import bounded_cache
 from service.engine.tails import lattice_args
 
 EPS_TERM = 1e-17
@@ -48,7 +48,7 @@ _BLOCK = 1 << 16
 # ----------------------------------------------------------------------------- exact tail
 
 
-@lru_cache(maxsize=256)
+@bounded_cache(32 << 20)
 def _tables(values: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray]:
     """``cos`` and ``-sin`` of ``ω_j·v`` for ``j = 1 .. (n-1)//2`` and each value: ``[V, m]``
     (``p @ cos + i·(p @ nsin)`` is the characteristic function ``Σ p·e^{-iω_j v}``)."""
@@ -61,7 +61,7 @@ def _tables(values: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray]:
     return cos, nsin
 
 
-@lru_cache(maxsize=1024)
+@bounded_cache(8 << 20)
 def _window(n: int, lo: int, hi: int) -> np.ndarray:
     """``G_j = Σ_{s=lo}^{hi} e^{iω_j s}`` for ``j = 1 .. (n-1)//2``, interleaved as
     ``(Re G_j, -Im G_j)`` so that ``Re(ψ_j·G_j)`` is one real dot product with ψ's floats."""
@@ -75,7 +75,7 @@ def _window(n: int, lo: int, hi: int) -> np.ndarray:
     return g
 
 
-@lru_cache(maxsize=1024)
+@bounded_cache(16 << 20)
 def windows(n: int, lows: tuple[int, ...], cs: tuple[int, ...]) -> np.ndarray:
     """The windows ``G`` of one Fourier CDF call, ``[len(cs), len(lows), 2m]``: the calls of a
     replay meet the same few hundred combinations again and again (1,214 of the 1,440 calls of

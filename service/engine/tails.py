@@ -19,11 +19,11 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from functools import lru_cache
 
 import numpy as np
 
 from service.engine import binom, tail_tables
+from service.engine.arraycache import bounded_cache
 
 FAR_TAIL = 1e-13
 
@@ -313,7 +313,7 @@ def _window_sizes(hist: np.ndarray, y: np.ndarray, k: int, m: np.ndarray, full: 
     return np.where(n >= full, full, n).astype(np.int64)
 
 
-@lru_cache(maxsize=1024)
+@bounded_cache(16 << 20)
 def _cdf_weights(lo: int, hi: int, nfft: int) -> np.ndarray:
     """Weights ``w`` on an ``rfft`` spectrum ``F`` (as [re, im] pairs) with ``Σ F·w`` equal to
     ``Σ_{lo<=s<=hi}`` of its (periodic) inverse: ``(1/N)(F_0 n + 2 Re Σ_j F_j S_j + F_{N/2} T)``
