@@ -5,7 +5,9 @@ The case count (pairs x orders x budgets x configurations x seeds) bounds time, 
 pairs, so two systems with 1,000 tasks and 100,000 orders (3.8 M cases) asked for 7.6 GB.
 This module mirrors the engine's allocations term by term (``chunk.py``, ``summers.py``: the
 observation matrix of a shared order, the cached orders, the blocks of pairs decided together,
-the anytime paths, neyman's prefix sums) so the service can refuse such a replay at submission.
+the anytime paths, neyman's prefix sums, a schedule's paths) so the service can refuse such a
+replay at submission. What a process keeps between chunks is bounded apart: the exact tails'
+memos (``arraycache.bound_total()``, 72 MiB) and the 0/1 tail tables (``tails._DENSE_BYTES``).
 A test runs chunks under ``tracemalloc`` and checks the estimate stays above the measured
 peak and within a small factor of it, so a change of the engine's shapes shows up there.
 """
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.engine import schedule
 from service.engine.betting import _BLOCK as BETTING_BLOCK
 from service.engine.betting import SEGMENT as BETTING_SEGMENT
-from service.engine.chunk import BLOCK_ELEMENTS, block_cases
-from service.engine.plan import Plan, config_groups
+from service.engine.chunk import _COUNT_ELEMENTS, BLOCK_ELEMENTS, block_cases
+from service.engine.coverage import budget_k
+from service.engine.plan import Config, Plan, config_groups
 from service.engine.records import group_labels
 from service.engine.spec import ANYTIME_RULES
 
@@ -37,10 +41,12 @@ class Footprint:
     anytime: int
     neyman: int
     results: int
+    schedule: int = 0
 
     @property
     def total(self) -> int:
-        return self.observation_matrix + self.orders + self.blocks + self.anytime + self.neyman + self.results
+        return (self.observation_matrix + self.orders + self.blocks + self.anytime + self.neyman + self.results
+                + self.schedule)
 
     def largest(self) -> str:
         terms = {
@@ -50,6 +56,7 @@ class Footprint:
             "orders x tasks x groups (the anytime paths)": self.anytime,
             "orders x tasks (neyman's prefix sums)": self.neyman,
             "pairs x configurations x budgets (the tallies)": self.results,
+            "orders x checkpoint tasks (a schedule's paths; the histograms of a fine grid)": self.schedule,
         }
         return max(terms, key=terms.__getitem__)
 
@@ -89,7 +96,7 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
     # decides every pair of one system A at once, the others in blocks of block_cases(plan)
     per_block = pairs if "cost_ascending" in kinds else max(1, min(pairs, block_cases(plan) // max(reps * n_j, 1)))
     blocks = 14 * 8 * per_block * reps * n_j
-    if any(c.policy.rule == "bootstrap" for c in plan.configs):
+    if any(c.policy.rule == "bootstrap" and not c.policy.checkpoints for c in plan.configs):  # (see _schedule)
         if not plan.fft_bootstrap:
             blocks += LITERAL_BOOTSTRAP_BYTES
         elif plan.lattice == 1:
@@ -127,7 +134,37 @@ def chunk_footprint(plan: Plan, chunk_pairs: int) -> Footprint:
         per_block = min(pairs, max(1, BLOCK_ELEMENTS // (reps * n)))
         neyman = 2 * 8 * per_block * reps * (n + 1)  # x[:, within] and its prefix sums
     results = (4 * 4 + 8 + 8) * pairs * n_c * n_s * n_j
-    return Footprint(obs, orders, blocks, anytime, neyman, results)
+    sched = max((_schedule(plan, c, pairs, n, groups[c.group]) for c in plan.configs if c.policy.checkpoints),
+                default=0)
+    return Footprint(obs, orders, blocks, anytime, neyman, results, sched)
+
+
+def _schedule(plan: Plan, cfg: Config, pairs: int, n: int, n_groups: int) -> int:
+    """Peak bytes of ``chunk._scheduled`` for ``cfg`` (one configuration at a time: the
+    largest counts). Its blocks of pairs hold ``BLOCK_ELEMENTS`` values in observation order;
+    ``schedule.scheduled_paths`` decides them a slice at a time (``slice_rows``)."""
+    reps, n_j, rule, lat = plan.spec.orders, len(plan.spec.budgets), cfg.policy.rule, plan.lattice
+    cks = sorted({max(1, budget_k(f, n)) for f in cfg.policy.checkpoints or ()})
+    k_m, m = cks[-1], len(cks)
+    gap = max(b - a for a, b in zip([0, *cks], cks, strict=False))  # the most values one checkpoint adds
+    # the coverage counts at each checkpoint [R, m, G] int64 and their comparisons; a segment's labels
+    cover = (8 + 1) * reps * m * n_groups + 2 * reps * m + 2 * 8 * min(reps, _COUNT_ELEMENTS // k_m + 1) * gap
+    # a block of pairs: their values in order (int64), coverage per checkpoint, a finite B's uniforms
+    rows = min(pairs, max(1, BLOCK_ELEMENTS // (reps * k_m))) * reps
+    block = 8 * rows * k_m + rows * m + (2 * 8 * rows * m if rule == "bootstrap" and cfg.bootstrap != "exact" else 0)
+    # a slice: the values as float64, a checkpoint's segment and its temporaries, ~20 arrays per path
+    # (sums, counts, decisions, the tails' brackets); off a lattice each checkpoint copies its prefix
+    # and squares it; a lattice bootstrap's histograms over -L..L, kept and, at a checkpoint, counted,
+    # copied for the live paths and read into the staged brackets' laws (about six times)
+    sl = min(rows, schedule.slice_rows(k_m, rule, lat))
+    per_slice = 8 * sl * k_m + 3 * 8 * sl * gap + 160 * sl
+    if lat is None:
+        per_slice += 2 * 8 * sl * k_m
+    elif rule == "bootstrap" and lat > 1:
+        per_slice += 6 * 8 * (2 * lat + 1) * sl
+    # the chunk's decisions and stops [P, R], spread over the budgets [P, R, J]
+    out = 9 * pairs * reps + (1 + 8 + 1 + 8 + 1) * pairs * reps * n_j
+    return cover + block + per_slice + out
 
 
 def _n_groups(plan: Plan, group: str | None) -> int:

@@ -272,3 +272,64 @@ def test_row_laws_are_each_rows_own() -> None:
         assert (laws.k[r], laws.s[r], laws.q[r]) == (len(seen), seen.sum(), (seen * seen).sum())
         assert (laws.vlo[r], laws.vhi[r]) == (seen.min(), seen.max())
     assert np.array_equal(laws.law, np.arange(300)) and np.all(laws.mirror == -1) and not laws.flip.any()
+
+
+@pytest.mark.parametrize("lattice", [1, 5])
+@pytest.mark.parametrize("rule", ["bootstrap", "paired_normal", "serfling"])
+def test_paths_decided_a_slice_at_a_time_decide_as_in_one_piece(rule: str, lattice: int, monkeypatch) -> None:
+    """``scheduled_paths`` decides many paths a slice at a time (``slice_rows``): each slice
+    reads its own rows' coverage and uniforms, so the verdicts and stops are those of one piece."""
+    rng = np.random.default_rng(31)
+    ks = [5, 12, 30, 60]
+    lv = S.levels(ks, A, "pocock")
+    v = rng.integers(-lattice, lattice + 1, size=(700, 60))
+    v[:, :12] = np.where(rng.random((700, 12)) < 0.4, lattice, v[:, :12])  # some early conclusions
+    cov_ok = rng.random((700, len(ks))) < 0.8
+    u = rng.random((700, len(ks)))
+    resamples = 200 if rule == "bootstrap" else "exact"
+    whole = S.scheduled_paths(rule, v, lattice, ks, lv, 0.0, 60, cov_ok, resamples, u)
+    monkeypatch.setattr(S, "SLICE_ELEMENTS", 60 * 64)  # slices of 64 paths, the last of 60
+    assert S.slice_rows(60, rule, lattice) == 64
+    sliced = S.scheduled_paths(rule, v, lattice, ks, lv, 0.0, 60, cov_ok, resamples, u)
+    assert np.array_equal(whole[0], sliced[0]) and np.array_equal(whole[1], sliced[1])
+    assert 50 < int((whole[0] != R.DEFER).sum()) < 650 and len(np.unique(whole[1])) >= 3
+
+
+def test_a_fine_lattice_keeps_its_histograms_within_bounds() -> None:
+    """A bootstrap on a lattice of step 1/100 keeps each path's histogram over 201 values. On
+    60,000 paths that was 96 MB, too much to keep: each checkpoint then compared every value of
+    every prefix with every value (948 MB on this case, and 8.0 s against 4.5). Slices of ``_HIST_BYTES`` keep
+    the peak near the paths' float64 copy, a few times ``_HIST_BYTES`` and what the exact
+    tails' memos may keep (``arraycache``)."""
+    import tracemalloc
+
+    from service.engine.arraycache import bound_total
+
+    rng = np.random.default_rng(41)
+    lattice, ks = 100, [15, 30, 45, 60]
+    v = rng.integers(-lattice, lattice + 1, size=(60_000, 60))
+    assert S.slice_rows(60, "bootstrap", lattice) < 60_000
+    tracemalloc.start()
+    try:
+        dec, _ = S.scheduled_paths("bootstrap", v, lattice, ks, S.levels(ks, A, "obrien_fleming"), 0.0, 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 8 * v.size + 6 * S._HIST_BYTES + bound_total(), peak / 1e6
+    assert (dec != R.DEFER).any()
+
+
+def test_coverage_counts_at_checkpoints_equal_a_running_one_hot(monkeypatch) -> None:
+    """``chunk._counts_at`` counts each order's tasks per group segment by segment, a few
+    orders at a time: the same counts as a one-hot of every step summed along the order."""
+    from service.engine import chunk
+
+    rng = np.random.default_rng(51)
+    lab = rng.integers(0, 4, size=90)
+    order = np.stack([rng.permutation(90) for _ in range(37)])
+    cks = [1, 7, 30, 31, 90]
+    want = np.cumsum(np.eye(4, dtype=np.int64)[lab[order]], axis=1)[:, np.array(cks) - 1]
+    assert np.array_equal(chunk._counts_at(lab, order, cks, 4), want)
+    monkeypatch.setattr(chunk, "_COUNT_ELEMENTS", 200)  # two orders at a time, the last alone
+    assert np.array_equal(chunk._counts_at(lab, order, cks, 4), want)
+    assert np.array_equal(chunk._counts_at(lab, order, [90], 5)[:, 0, :4], np.tile(np.bincount(lab), (37, 1)))
