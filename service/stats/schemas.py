@@ -175,7 +175,7 @@ class IntervalRead(BaseModel):
 
 
 class SystemPassKRead(BaseModel):
-    k: int
+    k: int = Field(description="Subset size: 1 up to the system's largest trial count, or 100 (PASS_K_MAX).")
     pass_at_k: float | None
     pass_hat_k: float | None
     n_tasks: int

@@ -68,6 +68,52 @@ def test_subset_max_min_fractional_against_enumeration():
             assert emin[row, k - 1] == pytest.approx(np.mean([min(s) for s in subs]), abs=1e-12)
 
 
+def test_subset_weights_equal_the_exact_integer_ratios():
+    """``passk._max_weights`` (a running product from the largest statistic down, a block of
+    statistics at a time) against ``C(i-1, k-1) / C(n, k)`` in exact integers, for every k
+    and order statistic."""
+    for n, cols in ((1, 1), (2, 1), (5, 5), (8, 3), (60, 7), (300, 300), (300, 41)):
+        w = np.zeros((n, n))
+        for lo, hi, block in passk._max_weights(n, n, cols):
+            assert hi - lo <= cols
+            w[:, lo:hi] = block
+        for k in range(1, n + 1):
+            total = math.comb(n, k)
+            want = [math.comb(i - 1, k - 1) / total for i in range(1, n + 1)]
+            assert w[k - 1] == pytest.approx(want, rel=n * 1.2e-16, abs=1e-300), (n, k)
+            assert w[k - 1].sum() == pytest.approx(1.0, abs=1e-13)
+
+
+def test_subset_max_min_in_column_blocks_and_up_to_kmax(monkeypatch):
+    """Weights a block of order statistics at a time (``_WEIGHT_CELLS``) and only up to
+    ``kmax``: the same estimates as all at once."""
+    rng = np.random.default_rng(8)
+    x = rng.random((5, 240)).round(1)
+    emax, emin = passk.subset_max_min(x)
+    monkeypatch.setattr(passk, "_WEIGHT_CELLS", 7 * 30)  # blocks of 7 statistics for k <= 30
+    bmax, bmin = passk.subset_max_min(x, 30)
+    assert bmax.shape == (5, 30)
+    assert bmax == pytest.approx(emax[:, :30], rel=1e-13) and bmin == pytest.approx(emin[:, :30], rel=1e-13)
+    assert emax[:, 0] == pytest.approx(x.mean(axis=1)) and emax[:, -1] == pytest.approx(x.max(axis=1))
+    assert emin[:, -1] == pytest.approx(x.min(axis=1))
+
+
+def test_pass_k_curve_of_many_trials_stops_at_pass_k_max():
+    """A task of 3,000 trials: the curve stops at ``PASS_K_MAX`` (the exact weights of every
+    k were 9 M Python integers and two 72 MB matrices), each value SPEC §8's formula."""
+    rng = np.random.default_rng(9)
+    outs = {"t1": (rng.random(3000) < 0.3).astype(int).tolist(), "t2": (rng.random(40) < 0.6).astype(int).tolist()}
+    rec = from_rows(_rows({"A": outs, "B": {"t1": [1], "t2": [0]}}))
+    curve = passk.pass_k_curve(rec, "A")
+    assert [p.k for p in curve] == list(range(1, passk.PASS_K_MAX + 1))
+    for p in curve[::9]:
+        tasks = [t for t in outs.values() if len(t) >= p.k]
+        assert p.pass_at_k == pytest.approx(np.mean([passk.pass_at_k(len(t), sum(t), p.k) for t in tasks]), rel=1e-11)
+        assert p.pass_hat_k == pytest.approx(np.mean([passk.pass_hat_k(len(t), sum(t), p.k) for t in tasks]),
+                                             rel=1e-9, abs=1e-300)
+        assert p.n_tasks == len(tasks) and p.n_excluded == 2 - len(tasks)
+
+
 def test_pass_k_estimators_are_unbiased_exactly():
     # E over c ~ Bin(n, p) of the estimator equals the target 1-(1-p)^k / p^k.
     n, p = 7, 0.37

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine
@@ -510,3 +511,24 @@ def test_large_uploads_are_parsed_in_another_process_with_the_same_answers(tmp_p
             ]
     assert [a[0] for a in answers["there"]] == [201, 422, 413]
     assert answers["here"] == answers["there"]
+
+
+def test_a_leaderboard_of_tasks_with_thousands_of_trials_is_bounded(tmp_path) -> None:  # noqa: ANN001
+    """2 systems x 1 task x 2,500 trials (a 40 kB upload): the leaderboard's pass@k curve
+    weighed every order statistic for every k as ratios of exact integers, 6.25 M of them
+    into two [2,500 x 2,500] float matrices (100 MB) per system; one system's had not finished
+    after 9 minutes of CPU. Now k stops at PASS_K_MAX and the weights come a block at a time."""
+    from service.engine.passk import PASS_K_MAX
+
+    rng = np.random.default_rng(4)
+    rows = "system,task_id,trial,outcome\n" + "".join(
+        f"{s},t1,{i},{int(rng.random() < p)}\n" for s, p in (("A", 0.3), ("B", 0.6)) for i in range(2500)
+    )
+    with TestClient(create_app(make_settings(data_dir=tmp_path))) as c:
+        ds = c.post("/v1/datasets", files={"file": ("many.csv", rows.encode(), "text/csv")}).json()
+        c.get(f"/v1/datasets/{ds['id']}/leaderboard")  # first-use imports and the parsed dataset
+        r, peak = traced(lambda: c.get(f"/v1/datasets/{ds['id']}/leaderboard"))
+    assert r.status_code == 200, r.text
+    curves = [row["stats"]["pass_k"] for row in r.json()["rows"]]
+    assert [[p["k"] for p in curve] for curve in curves] == [list(range(1, PASS_K_MAX + 1))] * 2
+    assert peak < 16, peak
