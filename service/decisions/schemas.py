@@ -58,7 +58,7 @@ class DecisionCreate(RuleOptions):
     universe: UniverseIn | None = None
     dataset_id: uuid.UUID | None = Field(default=None, description="Take the universe and groups from a dataset.")
     group: str | None = Field(
-        default=None, description="Dataset grouping key: a column or 'col1,col2'; none = one group."
+        default=None, max_length=200, description="Dataset grouping key: a column or 'col1,col2'; none = one group."
     )
     observations: list[ObservationIn] | None = Field(
         default=None, description="Attempts in the order they finished (one row per system, task, trial)."

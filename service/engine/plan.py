@@ -83,7 +83,10 @@ class Plan:
         self.records = filtered
         self.dropped_systems = dropped
         for g in spec.groups:
-            cols = parse_group_key(g)
+            try:
+                cols = parse_group_key(g)
+            except ValueError as exc:
+                raise SpecError("groups", str(exc)) from None
             for c in cols:
                 if c not in filtered.metadata:
                     known = ", ".join(filtered.metadata) or "none"

@@ -20,7 +20,8 @@ class PlacementCreate(BaseModel):
 
     dataset_id: uuid.UUID = Field(description="The stored board (its systems' outcomes are the comparison).")
     system: ColumnText = Field(min_length=1, max_length=200, description="The new entry's name (not on the board).")
-    group: str | None = Field(default=None, description="Grouping key for coverage (a column or 'col1,col2').")
+    group: str | None = Field(default=None, max_length=200,
+                              description="Grouping key for coverage (a column or 'col1,col2').")
     rule: str = Field(default="anytime", description="An anytime-valid rule: anytime (default) or anytime_eb.")
     a: float = Field(default=0.05, gt=0.0, lt=1.0, description="Error level of the whole placement.")
     correction: Literal["holm", "bonferroni"] = Field(

@@ -136,7 +136,9 @@ def get_leaderboard(
     dataset_id: uuid.UUID,
     session: SessionDep,
     level: Annotated[float, Query(gt=0.0, lt=1.0)] = 0.95,
-    cluster: Annotated[str | None, Query(description="Metadata column(s) to cluster by, e.g. 'group'")] = None,
+    cluster: Annotated[
+        str | None, Query(max_length=200, description="Metadata column(s) to cluster by, e.g. 'group'")
+    ] = None,
     correction: Literal["holm", "bh", "none"] = "holm",
     matrix: bool = False,
     ties: Literal["cliques", "adjacent", "leader"] = "cliques",
@@ -158,7 +160,7 @@ def get_pair(
     a: Annotated[str, Query(description="System A")],
     b: Annotated[str, Query(description="System B")],
     level: Annotated[float, Query(gt=0.0, lt=1.0)] = 0.95,
-    cluster: str | None = None,
+    cluster: Annotated[str | None, Query(max_length=200)] = None,
     boot: Annotated[int, Query(ge=100, le=20000)] = 2000,
     seed: Annotated[int, Query(ge=0)] = 0,
 ):
