@@ -104,7 +104,9 @@ class Settings(BaseSettings):
     max_pending_decisions: int = Field(
         default=8, ge=1, description="Large decisions queued or running at once per process (503 past it)."
     )
-    max_session_checkpoints: int = Field(default=200, ge=1, description="Budgets (checkpoints) of a live session.")
+    max_session_checkpoints: int = Field(
+        default=200, ge=1, description="Budgets (checkpoints) of a live session or of a decision's grid."
+    )
     max_header_bytes: int = Field(default=64 * 1024, ge=1024, description="Request line and headers, per request.")
     header_timeout_seconds: float = Field(
         default=10.0, gt=0, description="A connection must send a request's headers within this time, or is closed."
