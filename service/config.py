@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     )
     max_replay_budgets: int = Field(default=200, ge=1, description="Budgets of one replay (a range is counted first).")
     max_replay_orders: int = Field(default=100_000, ge=1, description="Sampled orders R of one replay.")
+    max_replay_configurations: int = Field(
+        default=2_000, ge=1,
+        description="Configurations of one replay: policies x thresholds x levels x resamples x floors x groupings.",
+    )
     max_replay_memory_bytes: int = Field(
         default=2 * 1024**3, ge=1, description="Estimated peak memory of one replay chunk (tasks x orders x budgets)."
     )

@@ -64,6 +64,16 @@ def check_replay_options(options: dict[str, Any], settings: Settings) -> None:
             raise refuse(
                 f"groups[{i}]", f"a grouping key is at most {GROUP_KEY_MAX} characters (this one has {len(g)})"
             )
+    for field in ("deltas", "a", "bootstrap", "floors", "groups"):  # each value is a configuration per policy
+        values = options.get(field)
+        if not isinstance(values, list):
+            continue
+        seen: set[Any] = set()
+        for i, v in enumerate(values):
+            key = (type(v) is bool, v) if isinstance(v, int | float | str) or v is None else (None, id(v))
+            if key in seen:
+                raise refuse(f"{field}[{i}]", f"{v!r} is listed twice: each value adds a configuration to every policy")
+            seen.add(key)
 
 
 def n_configs(spec: ReplaySpec) -> int:
@@ -83,7 +93,14 @@ def check_replay_spec(spec: ReplaySpec, n_systems: int, settings: Settings) -> N
             raise refuse(
                 "policies", f"a policy name is at most {POLICY_NAME_MAX} characters (this one has {len(p.name)})"
             )
-    bound = n_systems * max(n_systems - 1, 1) * n_configs(spec)
+    configs = n_configs(spec)
+    if configs > settings.max_replay_configurations:
+        raise refuse(
+            "body",
+            f"{configs:,} configurations (policies x thresholds x levels x resample counts x floors x groupings); "
+            f"the limit is {settings.max_replay_configurations:,}: each is a report section and its metric rows",
+        )
+    bound = n_systems * max(n_systems - 1, 1) * configs
     if bound > settings.max_replay_cases:
         raise refuse(
             "body",

@@ -580,3 +580,27 @@ def test_a_decisions_budget_grid_is_bounded_like_a_sessions_checkpoints(tmp_path
         r = c.post("/v1/decisions", json={**body, "budgets": [*grid, 0.999]})
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0] == {"field": "budgets", "message": "201 checkpoints; the limit is 200"}
+
+
+def test_a_replays_configurations_are_counted_and_a_repeated_value_refused(sized: tuple[TestClient, str]) -> None:
+    """Every delta, level, resample count, floor and grouping multiplies the configurations of
+    every policy: ``deltas: [0.0] * 400`` was accepted, and 200,000 configurations of a 2-system
+    dataset (pairs x configurations far under the case ceiling) took 1.4 s to plan in the request
+    and would have been 1.8 M metric rows (as an audit of request-sized work measured). Now a repeated value is a 422 naming its index, and
+    more than MAX_REPLAY_CONFIGURATIONS configurations a 422 counting them, nothing stored."""
+    c, dataset_id = sized
+    stored = _stored(c)
+    for field, values, bad in (("deltas", [0, 1, 0.0], 2), ("a", [0.05, 0.05], 1), ("bootstrap", ["exact", 50, 50], 2),
+                               ("floors", ["slack", "slack"], 1), ("groups", [None, "group", None], 2)):
+        r = c.post("/v1/replays", json={"dataset_id": dataset_id, field: values})
+        assert r.status_code == 422, (field, r.text)
+        assert r.json()["detail"][0]["field"] == f"{field}[{bad}]" and "listed twice" in r.text, r.text
+    deltas = [round(-50 + 0.05 * i, 2) for i in range(2001)]  # 2,001 thresholds x 1 policy
+    r = c.post("/v1/replays", json={"dataset_id": dataset_id, "policies": ["uniform_forced"], "deltas": deltas})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["message"].startswith("2,001 configurations (policies x thresholds"), r.text
+    assert "the limit is 2,000" in r.text
+    assert _stored(c) == stored
+    ok = c.post("/v1/replays", json={"dataset_id": dataset_id, "policies": ["uniform_forced"], "deltas": deltas[:2000],
+                                     "orders": 2, "budgets": [0.5, 1.0]})
+    assert ok.status_code in (201, 202), ok.text
