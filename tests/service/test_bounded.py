@@ -586,8 +586,9 @@ def test_a_replays_configurations_are_counted_and_a_repeated_value_refused(sized
     """Every delta, level, resample count, floor and grouping multiplies the configurations of
     every policy: ``deltas: [0.0] * 400`` was accepted, and 200,000 configurations of a 2-system
     dataset (pairs x configurations far under the case ceiling) took 1.4 s to plan in the request
-    and would have been 1.8 M metric rows (as an audit of request-sized work measured). Now a repeated value is a 422 naming its index, and
-    more than MAX_REPLAY_CONFIGURATIONS configurations a 422 counting them, nothing stored."""
+    and would have been 1.8 M metric rows (as an audit of request-sized work measured). Now a
+    repeated value is a 422 naming its index, and more than MAX_REPLAY_CONFIGURATIONS
+    configurations a 422 counting them, nothing stored."""
     c, dataset_id = sized
     stored = _stored(c)
     for field, values, bad in (("deltas", [0, 1, 0.0], 2), ("a", [0.05, 0.05], 1), ("bootstrap", ["exact", 50, 50], 2),
