@@ -25,8 +25,11 @@ from service.engine.passk import PassK, pass_k_curve
 from service.engine.records import Records, group_labels
 from service.engine.statbase import StatsInputError, _count, _level, _system_index, _z
 
-BOOTSTRAP_BATCH = 256
-"""Bootstrap resamples drawn per batch: bounds memory at ``batch × tasks`` indices."""
+BOOTSTRAP_CELLS = 1 << 21
+"""Cells (resamples × resampled units) a bootstrap batch draws at most: each cell holds an
+int64 index and its float64 gathered value, so a batch holds about ``16 × BOOTSTRAP_CELLS``
+bytes (32 MiB) whatever the number of tasks or clusters (one resample per batch beyond
+``BOOTSTRAP_CELLS`` units, then ``16 × units`` bytes: the order of the input itself)."""
 
 
 @dataclass(frozen=True)
@@ -253,17 +256,26 @@ def paired_cluster_bootstrap(
     if d.size == 0:
         raise StatsInputError("d", "no tasks")
     if clusters is None:
-        sums, sizes = d, np.ones(d.size)
+        sums, sizes = d, None
     else:
         _, g = np.unique(np.asarray(clusters), return_inverse=True)
         sums = np.bincount(g, weights=d)
         sizes = np.bincount(g).astype(np.float64)
     units = sums.size
+    # Batches are sized by cells, not resamples, so memory stays bounded at any size. The
+    # batch size does not change the result: ``rng.integers`` draws a (b1 + b2, units) block
+    # as the same stream as a (b1, units) then a (b2, units) block (the bit generator keeps
+    # any unused half word between calls), and each resample's sum is a reduction over its
+    # own row, which does not depend on how many rows sit beside it.
+    batch = max(1, BOOTSTRAP_CELLS // units)
     means = np.empty(n_boot)
-    for start in range(0, n_boot, BOOTSTRAP_BATCH):
-        stop = min(n_boot, start + BOOTSTRAP_BATCH)
+    for start in range(0, n_boot, batch):
+        stop = min(n_boot, start + batch)
         idx = rng.integers(0, units, size=(stop - start, units))
-        means[start:stop] = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+        total = sums[idx].sum(axis=1)
+        # without clusters every unit weighs 1 task: the drawn size is exactly ``units``
+        means[start:stop] = total / (units if sizes is None else sizes[idx].sum(axis=1))
+        del idx, total
     alpha = 1.0 - level
     low, high = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
     return Interval(float(low), float(high), "paired_cluster_bootstrap")
