@@ -105,9 +105,12 @@ def cached_universe(dataset_id: uuid.UUID, group: str | None) -> Universe | None
     return _UNIVERSES.get((dataset_id, group))
 
 
-def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None) -> Universe:
+def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None,
+                     settings: Settings | None = None) -> Universe:
     """Every task of the dataset (SPEC §1) with its group under ``group`` (kept in memory:
-    datasets never change)."""
+    datasets never change). With ``settings`` a dataset of more than ``max_universe_tasks``
+    tasks is refused before its universe is built and kept (16 per process, each about 80
+    bytes a task beyond the dataset's own arrays)."""
     key = (dataset_id, group)
     hit = cached_universe(dataset_id, group)
     if hit is not None:
@@ -117,6 +120,8 @@ def dataset_universe(session: Session, dataset_id: uuid.UUID, group: str | None)
         if hit is not None:
             return hit
         records = datasets.load_records(session, dataset_id)
+        if settings is not None:
+            limits.check_universe(records.n_tasks, settings, "dataset_id")
         try:
             labels, names = group_labels(records, group)
         except ValueError as exc:
@@ -357,7 +362,7 @@ def decide(factory: sessionmaker[Session] | None, body: DecisionCreate, *, calib
             if universe is None:
                 if cached_only:
                     raise NeedsDatabase
-                universe = dataset_universe(session_of(), body.dataset_id, body.group)
+                universe = dataset_universe(session_of(), body.dataset_id, body.group, settings)
             if settings is not None:
                 limits.check_loaded_universe(universe.n, len(universe.group_names), body, settings)
             observed = observed_of(body, universe)

@@ -36,8 +36,9 @@ from service.placements.models import Placement
 from service.placements.schemas import PlacementCreate, PlacementObservationsCreate
 
 
-def _board(session: Session, dataset_id: uuid.UUID, group: str | None) -> tuple[Universe, Board]:
-    universe = decisions.dataset_universe(session, dataset_id, group)
+def _board(session: Session, dataset_id: uuid.UUID, group: str | None,
+           settings: Settings | None = None) -> tuple[Universe, Board]:
+    universe = decisions.dataset_universe(session, dataset_id, group, settings)
     records = datasets.load_records(session, dataset_id)
     y = np.where(records.observed, records.y, np.nan)
     return universe, Board(tuple(records.systems), y)
@@ -58,7 +59,7 @@ def create(session: Session, body: PlacementCreate, settings: Settings | None = 
             raise LiveError("floor", f"unknown floor '{body.floor}'; floors: {', '.join(FLOORS)}")
         check_width(body.width)
         try:
-            universe, board = _board(session, body.dataset_id, body.group)
+            universe, board = _board(session, body.dataset_id, body.group, settings)
         except NotFound:
             raise LiveError("dataset_id", f"there is no dataset {body.dataset_id}") from None
         if body.system in board.systems:

@@ -70,7 +70,7 @@ def create(session: Session, body: SessionCreate, settings: Settings | None = No
         else:
             if body.universe is not None:
                 raise LiveError("universe", "give the task universe or a dataset_id, not both")
-            universe = decisions.dataset_universe(session, body.dataset_id, body.group)
+            universe = decisions.dataset_universe(session, body.dataset_id, body.group, settings)
     except FieldError as exc:
         raise decisions.unprocessable(LiveError(exc.field, exc.message)) from None
     limits.check_task_ids(universe.task_ids)  # they are stored, per observation, in a 500-character column

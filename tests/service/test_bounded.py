@@ -605,3 +605,27 @@ def test_a_replays_configurations_are_counted_and_a_repeated_value_refused(sized
     ok = c.post("/v1/replays", json={"dataset_id": dataset_id, "policies": ["uniform_forced"], "deltas": deltas[:2000],
                                      "orders": 2, "budgets": [0.5, 1.0]})
     assert ok.status_code in (201, 202), ok.text
+
+
+def test_a_dataset_past_the_universe_limit_is_refused_before_its_universe_is_built(tmp_path) -> None:  # noqa: ANN001
+    """A decision, a session or a placement on a dataset of more tasks than
+    ``MAX_UNIVERSE_TASKS``: the universe was built and kept in the process's cache (16 of
+    them) before the check refused it; now the task count is checked first."""
+    from service.decisions import service as decisions
+    from service.engine.records import parse_records
+
+    settings = make_settings(data_dir=tmp_path, max_universe_tasks=30)
+    with TestClient(create_app(settings)) as c:
+        content = synth_csv(n_systems=3, n_tasks=40)
+        ds = upload(c, content)
+        a, b = parse_records(content).systems[:2]
+        bodies = {
+            "/v1/decisions": {"dataset_id": ds["id"], "system_a": a, "system_b": b, "outcomes": {a: {}, b: {}}},
+            "/v1/sessions": {"dataset_id": ds["id"], "system_a": a, "system_b": b},
+            "/v1/placements": {"dataset_id": ds["id"], "system": "new"},
+        }
+        for path, body in bodies.items():
+            r = c.post(path, json=body)
+            assert r.status_code == 422, (path, r.text)
+            assert r.json()["detail"][0] == {"field": "dataset_id", "message": "40 tasks; the limit is 30"}, r.text
+        assert decisions.cached_universe(uuid.UUID(ds["id"]), None) is None
