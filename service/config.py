@@ -93,6 +93,9 @@ class Settings(BaseSettings):
         default=2 * 1024**3, ge=1, description="Estimated peak memory of one replay chunk (tasks x orders x budgets)."
     )
     max_universe_tasks: int = Field(default=100_000, ge=1, description="Tasks of an inline or dataset universe.")
+    max_leaderboard_systems: int = Field(
+        default=300, ge=2, description="Systems of a leaderboard (every pair is tested: S(S-1)/2 of them)."
+    )
     max_decision_work: int = Field(
         default=4_000_000, ge=1, description="Estimated cells of one decision (e.g. anytime: tasks x groups)."
     )

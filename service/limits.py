@@ -178,6 +178,18 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.0f}"
 
 
+def check_leaderboard(n_systems: int, settings: Settings, field: str = "dataset_id") -> None:
+    """A leaderboard tests every pair of systems (and then looks for letters among them): its
+    work and memory grow with S(S-1)/2 pairs, so the systems are counted first."""
+    if n_systems > settings.max_leaderboard_systems:
+        pairs = n_systems * (n_systems - 1) // 2
+        raise refuse(
+            field,
+            f"{n_systems:,} systems ({pairs:,} pairs to test); a leaderboard's limit is "
+            f"{settings.max_leaderboard_systems:,} systems: compare fewer, or use /pairs for one pair",
+        )
+
+
 # ----------------------------------------------------------------------- decisions
 
 

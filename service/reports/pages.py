@@ -29,9 +29,9 @@ from service.deps import SessionDep, SettingsDep
 from service.engine import leaderboard as board_stats
 from service.engine import statbase
 from service.engine.spec import NAMED_POLICIES
-from service.errors import NotFound, ServiceError
+from service.errors import NotFound, ServiceError, Unprocessable
 from service.json_body import StrictJSONRoute
-from service.limits import record_limits
+from service.limits import check_leaderboard, record_limits
 from service.replays import pairs as replay_pairs
 from service.replays import repository as replays_repo
 from service.replays import service as replays
@@ -408,6 +408,7 @@ def replay_page(
 def leaderboard_page(
     dataset_id: str,
     session: SessionDep,
+    settings: SettingsDep,
     level: float = 0.95,
     cluster: str = "",
     correction: str = "holm",
@@ -429,6 +430,11 @@ def leaderboard_page(
         "board": None,
         "error": None,
     }
+    try:
+        check_leaderboard(records.n_systems, settings)
+    except Unprocessable as exc:
+        context["error"] = "; ".join(d["message"] for d in exc.detail)
+        return render("leaderboard.html", 422, **context)
     try:
         board = board_stats.leaderboard(records, level, cluster or None, correction, False, ties)
     except statbase.StatsInputError as exc:

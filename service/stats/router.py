@@ -9,8 +9,9 @@ import numpy as np
 from fastapi import APIRouter, Query
 from pydantic import ValidationError
 
+from service import limits
 from service.datasets import service as datasets
-from service.deps import SessionDep
+from service.deps import SessionDep, SettingsDep
 from service.engine import evalstats as E
 from service.engine import leaderboard as L
 from service.engine.intervals import binomial_bounds
@@ -135,6 +136,7 @@ def power(body: S.PowerCreate) -> S.PowerRead:
 def get_leaderboard(
     dataset_id: uuid.UUID,
     session: SessionDep,
+    settings: SettingsDep,
     level: Annotated[float, Query(gt=0.0, lt=1.0)] = 0.95,
     cluster: Annotated[
         str | None, Query(max_length=200, description="Metadata column(s) to cluster by, e.g. 'group'")
@@ -144,6 +146,7 @@ def get_leaderboard(
     ties: Literal["cliques", "adjacent", "leader"] = "cliques",
 ):
     records = datasets.load_records(session, dataset_id)
+    limits.check_leaderboard(records.n_systems, settings)
     try:
         board = L.leaderboard(records, level, cluster, correction, matrix, ties)
     except StatsInputError as exc:

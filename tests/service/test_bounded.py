@@ -629,3 +629,24 @@ def test_a_dataset_past_the_universe_limit_is_refused_before_its_universe_is_bui
             assert r.status_code == 422, (path, r.text)
             assert r.json()["detail"][0] == {"field": "dataset_id", "message": "40 tasks; the limit is 30"}, r.text
         assert decisions.cached_universe(uuid.UUID(ds["id"]), None) is None
+
+
+def test_a_leaderboard_counts_its_systems_before_testing_every_pair(tmp_path) -> None:  # noqa: ANN001
+    """A leaderboard tests all S(S-1)/2 pairs and then looks for letters among them: 150
+    systems x 50 tasks took 29.4 s, and the uploads' cell limit allows 10,000 systems x 100
+    tasks (50 M pairs, hours). Past MAX_LEADERBOARD_SYSTEMS the API and the page answer 422."""
+    settings = make_settings(data_dir=tmp_path, max_leaderboard_systems=5)
+    with TestClient(create_app(settings)) as c:
+        small = upload(c, synth_csv(n_systems=5, n_tasks=30), "five.csv")
+        big = upload(c, synth_csv(n_systems=6, n_tasks=30), "six.csv")
+        assert c.get(f"/v1/datasets/{small['id']}/leaderboard").status_code == 200
+        r = c.get(f"/v1/datasets/{big['id']}/leaderboard")
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0] == {
+            "field": "dataset_id",
+            "message": "6 systems (15 pairs to test); a leaderboard's limit is 5 systems: compare fewer, or use "
+                       "/pairs for one pair",
+        }
+        page = c.get(f"/datasets/{big['id']}/leaderboard")
+        assert page.status_code == 422 and "a leaderboard&#39;s limit is 5 systems" in page.text, page.text[:500]
+        assert c.get(f"/datasets/{small['id']}/leaderboard").status_code == 200
