@@ -28,15 +28,6 @@ def letter_name(i: int) -> str:
     return _ALPHABET[base] + (str(rnd + 1) if rnd else "")
 
 
-def _absorb(new: list[int], kept: list[int]) -> list[int]:
-    """Drop the new columns that are subsets of another column (or duplicates)."""
-    out = list(kept)
-    for c in sorted(set(new), key=lambda m: -m.bit_count()):
-        if not any(c | d == d for d in out):
-            out.append(c)
-    return out
-
-
 def letter_columns(separated: np.ndarray) -> list[int]:
     """Insert-and-absorb (Piepho 2004), then a sweep of redundant letters.
 
@@ -53,52 +44,139 @@ def letter_columns(separated: np.ndarray) -> list[int]:
     n = sep.shape[0]
     if n == 0:
         return []
-    cols = [(1 << n) - 1]
-    for i, j in zip(*np.nonzero(np.triu(sep, 1)), strict=True):
-        both = (1 << int(i)) | (1 << int(j))
-        hit = [c for c in cols if c & both == both]
-        if not hit:
-            continue
-        rest = [c for c in cols if c & both != both]
-        split = [c & ~(1 << int(i)) for c in hit] + [c & ~(1 << int(j)) for c in hit]
-        cols = _absorb(split, rest)
-        if len(cols) > MAX_LETTER_COLUMNS:
-            raise TooManyLetters(f"more than {MAX_LETTER_COLUMNS} letter columns would be needed")
+    cols = _insert(sep)
     cols.sort(key=_column_key)
     return _sweep(cols, n)
 
 
-def _members(c: int) -> list[int]:
-    return [i for i in range(c.bit_length()) if c >> i & 1]
+def _bits(m: int) -> list[int]:
+    """Indices of the set bits of ``m``, ascending: bit by bit when there are few, else
+    unpacked by numpy (a Python step per set bit costs a pass over the whole integer)."""
+    if m.bit_count() > 16:
+        raw = np.frombuffer(m.to_bytes((m.bit_length() + 7) // 8, "little"), dtype=np.uint8)
+        return np.flatnonzero(np.unpackbits(raw, bitorder="little")).tolist()
+    out = []
+    while m:
+        low = m & -m
+        out.append(low.bit_length() - 1)
+        m ^= low
+    return out
 
 
 def _column_key(c: int) -> tuple[int, ...]:
-    return tuple(_members(c))
+    """Columns are ordered by their members, ascending (the best system first)."""
+    return tuple(_bits(c))
+
+
+def _insert(sep: np.ndarray) -> list[int]:
+    """The insert-and-absorb columns (unordered), pairs taken in row-major order.
+
+    The columns stay an antichain, so a split ``c - i`` (``c`` holding ``i`` and ``j``) can
+    only be absorbed by a column holding ``j`` but not ``i``, and splits never absorb each
+    other: absorbing is a superset test against those columns, not a rescan of every column.
+    Columns live in slots, and ``has[x]`` is the mask of the slots whose column holds ``x``:
+    the columns holding both of a pair are one AND.
+    """
+    n = sep.shape[0]
+    slots = [(1 << n) - 1]
+    has = [1] * n
+    free: list[int] = []
+    live = 1
+    for i_, j_ in zip(*np.nonzero(np.triu(sep, 1)), strict=True):
+        i, j = int(i_), int(j_)
+        hit = has[i] & has[j]
+        if not hit:
+            continue
+        only_i, only_j = has[i] & ~has[j], has[j] & ~has[i]
+        plans = [(s, *_splits_kept(slots, has, slots[s], i, j, only_i, only_j)) for s in _bits(hit)]
+        for s, keep_without_i, keep_without_j in plans:
+            c = slots[s]
+            if keep_without_i or keep_without_j:  # the slot keeps one split: one bit moves
+                drop = i if keep_without_i else j
+                slots[s] = c & ~(1 << drop)
+                has[drop] &= ~(1 << s)
+            else:
+                slots[s] = 0
+                for x in _bits(c):
+                    has[x] &= ~(1 << s)
+                free.append(s)
+            if keep_without_i and keep_without_j:  # the other split takes a new slot
+                other = c & ~(1 << j)
+                if free:
+                    t = free.pop()
+                    slots[t] = other
+                else:
+                    t = len(slots)
+                    slots.append(other)
+                for x in _bits(other):
+                    has[x] |= 1 << t
+            live += keep_without_i + keep_without_j - 1
+        if live > MAX_LETTER_COLUMNS:
+            raise TooManyLetters(f"more than {MAX_LETTER_COLUMNS} letter columns would be needed")
+    return [c for c in slots if c]
+
+
+def _splits_kept(
+    slots: list[int], has: list[int], c: int, i: int, j: int, only_i: int, only_j: int
+) -> tuple[bool, bool]:
+    """Whether ``c - i`` and ``c - j`` survive absorption: ``c - i`` is absorbed iff a column
+    holding ``j`` but not ``i`` (``only_j``) holds it. Tests the few candidate columns one by
+    one, or, when they outnumber ``c``'s members, ANDs ``has`` over those members."""
+    if (only_i | only_j).bit_count() <= c.bit_count():
+        without_i, without_j = c & ~(1 << i), c & ~(1 << j)
+        return (
+            all(without_i & ~slots[r] for r in _bits(only_j)),
+            all(without_j & ~slots[r] for r in _bits(only_i)),
+        )
+    sup = only_i | only_j  # narrowed to the columns holding all of c - {i, j}
+    for x in _bits(c & ~(1 << i | 1 << j)):
+        sup &= has[x]
+        if not sup:
+            break
+    return not sup & only_j, not sup & only_i
+
+
+def _row_masks(rows: np.ndarray) -> list[int]:
+    """Each row of a boolean matrix as a bit mask (bit ``y`` = column ``y``)."""
+    packed = np.packbits(rows, axis=1, bitorder="little")
+    return [int.from_bytes(r.tobytes(), "little") for r in packed]
 
 
 def _sweep(cols: list[int], n: int) -> list[int]:
-    cover = np.zeros((n, n), dtype=np.int64)  # cover[x, y]: columns holding both
-    for c in cols:
-        m = _members(c)
-        cover[np.ix_(m, m)] += 1
+    """Visit the columns in order and, in each, its members in ascending order; remove a
+    member whose pairs in the column (itself included) are all held by two columns or more.
+
+    ``cover[x, y]`` counts the columns holding both, and ``low[x]`` masks the ``y`` with
+    ``cover[x, y] < 2``, so a member's test is one AND. Removing ``x`` changes only the pairs
+    holding ``x``, which the later members of the same column no longer test, so a column's
+    removals are decided first and ``cover`` updated once per column. What is left is an
+    antichain (a column inside another would have lost every member when it was visited),
+    so the absorb after the sweep only has empty columns to drop.
+    """
+    members = [_bits(c) for c in cols]
+    grid = np.zeros((len(cols), n), dtype=bool)
+    for k, m in enumerate(members):
+        grid[k, m] = True
+    dense = grid.astype(np.float32)  # BLAS; the counts (at most len(cols) < 2**24) are exact
+    cover = (dense.T @ dense).astype(np.int64)
+    low = _row_masks(cover < 2)
     out = list(cols)
-    for k in range(len(out)):
-        for x in _members(out[k]):
-            others = [y for y in _members(out[k]) if y != x]
-            if others and not np.all(cover[x, others] >= 2):
-                continue
-            if not others and cover[x, x] < 2:
-                continue  # x's only letter
-            cover[x, _members(out[k])] -= 1
-            cover[_members(out[k]), x] -= 1
-            cover[x, x] += 1  # the line above took it twice
-            out[k] &= ~(1 << x)
-    kept: list[int] = []
-    for c in sorted((c for c in out if c), key=lambda m: -m.bit_count()):
-        if not any(c | d == d for d in kept):
-            kept.append(c)
-    kept.sort(key=_column_key)
-    return kept
+    for k, m in enumerate(members):
+        cur = out[k]
+        for x in m:
+            if not cur & low[x]:
+                cur &= ~(1 << x)
+        if cur == out[k]:
+            continue
+        gone = [x for x in m if not cur >> x & 1]
+        kept = [x for x in m if cur >> x & 1]
+        cover[gone] -= grid[k]  # (gone, column): each such pair lost this column once
+        if kept:
+            cover[np.ix_(kept, gone)] -= 1  # and the mirror of (gone, kept)
+        for x, mask in zip(m, _row_masks(cover[m] < 2), strict=True):
+            low[x] = mask
+        out[k] = cur
+    return sorted((c for c in out if c), key=_column_key)
 
 
 def compact_letters(separated: np.ndarray) -> tuple[tuple[str, ...], ...]:

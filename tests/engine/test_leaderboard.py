@@ -12,6 +12,7 @@ from scipy import stats
 
 from service.engine import evalstats as E
 from service.engine import leaderboard as L
+from service.engine import letters
 from service.engine.letters import compact_letters, letter_name
 from service.engine.records import from_rows, group_labels, load_records
 from service.engine.statbase import StatsInputError
@@ -314,3 +315,119 @@ def test_adjacent_leads_carry_a_paired_interval():
         q = stats.t.ppf(0.95, cl.n_clusters - 1)
         assert (c.ci_low, c.ci_high) == pytest.approx((d.mean() - q * cl.se, d.mean() + q * cl.se), rel=1e-9)
         assert c.ci_method == "paired_t_clustered"
+
+
+# --------------------------------------------------------------------------- letters against the first implementation
+
+
+def _reference_letter_columns(separated, limit=letters.MAX_LETTER_COLUMNS):
+    """The first, slow ``letter_columns`` (list scans, a numpy update per member), kept verbatim
+    but for ``limit``: the fast one must return exactly its columns, in its order."""
+
+    def members(c):
+        return [i for i in range(c.bit_length()) if c >> i & 1]
+
+    def absorb(new, kept):
+        out = list(kept)
+        for c in sorted(set(new), key=lambda m: -m.bit_count()):
+            if not any(c | d == d for d in out):
+                out.append(c)
+        return out
+
+    def key(c):
+        return tuple(members(c))
+
+    sep = np.asarray(separated, dtype=bool)
+    n = sep.shape[0]
+    if n == 0:
+        return []
+    cols = [(1 << n) - 1]
+    for i, j in zip(*np.nonzero(np.triu(sep, 1)), strict=True):
+        both = (1 << int(i)) | (1 << int(j))
+        hit = [c for c in cols if c & both == both]
+        if not hit:
+            continue
+        rest = [c for c in cols if c & both != both]
+        split = [c & ~(1 << int(i)) for c in hit] + [c & ~(1 << int(j)) for c in hit]
+        cols = absorb(split, rest)
+        if len(cols) > limit:
+            raise letters.TooManyLetters(f"more than {limit} letter columns would be needed")
+    cols.sort(key=key)
+    cover = np.zeros((n, n), dtype=np.int64)
+    for c in cols:
+        m = members(c)
+        cover[np.ix_(m, m)] += 1
+    out = list(cols)
+    for k in range(len(out)):
+        for x in members(out[k]):
+            others = [y for y in members(out[k]) if y != x]
+            if others and not np.all(cover[x, others] >= 2):
+                continue
+            if not others and cover[x, x] < 2:
+                continue
+            cover[x, members(out[k])] -= 1
+            cover[members(out[k]), x] -= 1
+            cover[x, x] += 1
+            out[k] &= ~(1 << x)
+    kept = []
+    for c in sorted((c for c in out if c), key=lambda m: -m.bit_count()):
+        if not any(c | d == d for d in kept):
+            kept.append(c)
+    kept.sort(key=key)
+    return kept
+
+
+def _random_separation(rng, kind):
+    """A symmetric significance pattern: ``uniform`` density, ``ranked`` (systems on a line,
+    separated past a distance, as on leaderboards), or ``banded`` (separated far apart, at
+    random at middle distances: many letter columns)."""
+    if kind == "uniform":
+        n = int(rng.integers(0, 30))
+        sep = np.triu(rng.random((n, n)) < rng.uniform(0, 1), 1)
+        return sep | sep.T
+    n = int(rng.integers(2, 48))
+    if kind == "ranked":
+        pos = np.sort(rng.normal(size=n))
+        return np.abs(pos[:, None] - pos[None, :]) > rng.uniform(0.05, 2.0)
+    d = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    noise = np.triu(rng.random((n, n)), 1)
+    near, far = sorted(rng.integers(1, max(3, n // 2), size=2))
+    return (d > far) | ((d > near) & (noise + noise.T < rng.uniform(0.2, 0.8)))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ranked", "banded"])
+def test_letter_columns_equal_the_reference_implementation(kind):
+    rng = np.random.default_rng({"uniform": 41, "ranked": 42, "banded": 43}[kind])
+    for _ in range(150):
+        sep = _random_separation(rng, kind)
+        assert letters.letter_columns(sep) == _reference_letter_columns(sep)
+
+
+def test_letter_columns_refuse_exactly_when_the_reference_does(monkeypatch):
+    monkeypatch.setattr(letters, "MAX_LETTER_COLUMNS", 24)
+    rng = np.random.default_rng(44)
+    refused = 0
+    for trial in range(120):
+        sep = _random_separation(rng, ("ranked", "banded")[trial % 2])
+        try:
+            expected = _reference_letter_columns(sep, limit=24)
+        except letters.TooManyLetters as exc:
+            refused += 1
+            with pytest.raises(letters.TooManyLetters, match=str(exc)):
+                letters.letter_columns(sep)
+        else:
+            assert letters.letter_columns(sep) == expected
+    assert 10 <= refused <= 110  # both outcomes were exercised
+
+
+def test_letter_columns_edge_patterns():
+    for n in (1, 2, 5):
+        for sep in (np.zeros((n, n), dtype=bool), ~np.eye(n, dtype=bool)):
+            assert letters.letter_columns(sep) == _reference_letter_columns(sep)
+    assert letters.letter_columns(np.zeros((0, 0), dtype=bool)) == []
+    assert letters.letter_columns(~np.eye(3, dtype=bool)) == [1, 2, 4]
+    # pairs (0, 3), (1, 2), then (1, 3): both splits of the column {1, 3} are absorbed
+    sep = np.zeros((4, 4), dtype=bool)
+    for i, j in [(0, 3), (1, 2), (1, 3)]:
+        sep[i, j] = sep[j, i] = True
+    assert letters.letter_columns(sep) == _reference_letter_columns(sep) == [3, 5, 12]
