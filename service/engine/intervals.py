@@ -4,6 +4,7 @@ vectorised) and the exact one-sided binomial bounds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -49,12 +50,24 @@ def normal_interval(mean, se, level: float = 0.95):
 
 def t_interval(mean, se, df, level: float = 0.95):
     """``mean ± t_{df, 1-alpha/2}·se`` (vectorised); used with clustered errors, ``df = G - 1``."""
-    from scipy import stats  # on first use, not at import (engine/binom.py says why)
-
     level = _level(level)
-    q = stats.t.ppf(0.5 + level / 2.0, np.asarray(df, dtype=float))
+    if np.ndim(df) == 0:  # a leaderboard asks for the same df at every one of its S(S-1)/2 pairs
+        q = _t_quantile(0.5 + level / 2.0, float(df))
+    else:
+        from scipy import stats  # on first use, not at import (engine/binom.py says why)
+
+        q = stats.t.ppf(0.5 + level / 2.0, np.asarray(df, dtype=float))
     m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
     return _out(m - q * s), _out(m + q * s)
+
+
+@lru_cache(maxsize=4096)
+def _t_quantile(p: float, df: float) -> float:
+    """``stats.t.ppf(p, df)`` once per ``(p, df)``: 0.1 ms a call, 0.9 s of a 134-system
+    leaderboard's 8,911 pairs, nearly all with the same ``df``."""
+    from scipy import stats
+
+    return float(stats.t.ppf(p, df))
 
 
 def wilson_interval(successes, n, level: float = 0.95):

@@ -188,6 +188,18 @@ def test_runs_for_bound_is_the_fewest(target, failures, level):
     assert n - 1 <= failures or intervals.binomial_bounds(n - 1 - failures, n - 1, level).failure_upper > target
 
 
+def test_t_interval_equals_scipys_quantile_for_a_scalar_df_and_an_array():
+    """A scalar ``df`` takes the quantile from a memo (a leaderboard asks for the same one at
+    every pair); it is scipy's number, bit for bit, as is the vectorised path's."""
+    dfs = [1, 2, 7, 29, 499, 10_000, 2.5]
+    for level in (0.9, 0.95, 0.999):
+        q = stats.t.ppf(0.5 + level / 2.0, np.array(dfs, dtype=float))
+        for df, qq in zip(dfs, q, strict=True):
+            assert intervals.t_interval(0.1, 0.02, df, level) == (0.1 - qq * 0.02, 0.1 + qq * 0.02)
+        lo, hi = intervals.t_interval(np.full(len(dfs), 0.1), np.full(len(dfs), 0.02), np.array(dfs), level)
+        assert list(lo) == list(0.1 - q * 0.02) and list(hi) == list(0.1 + q * 0.02)
+
+
 def test_interval_coverage_on_seeded_simulation():
     rng = np.random.default_rng(20261130)
     reps, n, p = 4000, 250, 0.3
