@@ -39,6 +39,7 @@ from service.replays.models import FINISHED
 from service.replays.schemas import ReplayCreate
 from service.reports import class_figures, figures, view
 from service.reports import service as reports
+from service.stats import boards
 
 router = APIRouter(include_in_schema=False, route_class=StrictJSONRoute)
 
@@ -436,7 +437,7 @@ def leaderboard_page(
         context["error"] = "; ".join(d["message"] for d in exc.detail)
         return render("leaderboard.html", 422, **context)
     try:
-        board = board_stats.leaderboard(records, level, cluster or None, correction, False, ties)
+        board = boards.leaderboard(records, dataset.id, level, cluster or None, correction, False, ties)
     except statbase.StatsInputError as exc:
         context["error"] = f"{exc.field}: {exc.message}"
         return render("leaderboard.html", 422, **context)

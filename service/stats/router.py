@@ -13,7 +13,6 @@ from service import limits
 from service.datasets import service as datasets
 from service.deps import SessionDep, SettingsDep
 from service.engine import evalstats as E
-from service.engine import leaderboard as L
 from service.engine.intervals import binomial_bounds
 from service.engine.passk import pass_at_k, pass_hat_k
 from service.engine.samplesize import (
@@ -26,6 +25,7 @@ from service.engine.samplesize import (
 from service.engine.statbase import StatsInputError, to_dict
 from service.errors import NotFound, Unprocessable, responses
 from service.json_body import StrictJSONRoute
+from service.stats import boards
 from service.stats import schemas as S
 
 router = APIRouter(tags=["statistics"], route_class=StrictJSONRoute)
@@ -148,7 +148,7 @@ def get_leaderboard(
     records = datasets.load_records(session, dataset_id)
     limits.check_leaderboard(records.n_systems, settings)
     try:
-        board = L.leaderboard(records, level, cluster, correction, matrix, ties)
+        board = boards.leaderboard(records, dataset_id, level, cluster, correction, matrix, ties)
     except StatsInputError as exc:
         raise _invalid(exc) from None
     return to_dict(board)

@@ -71,6 +71,43 @@ def test_leaderboard_matches_the_engine(client: TestClient) -> None:
     assert leader["ties"] == "leader" and leader["level"] == 0.9
 
 
+def test_a_leaderboard_is_computed_once_per_dataset_and_parameters(client: TestClient, monkeypatch) -> None:
+    """Datasets never change: the API and the page answer the same parameters from one
+    computation (``stats/boards.py``), the same JSON; another level, cluster or tie rule is
+    another entry; the all-pairs matrix is computed each time; a deleted dataset's are dropped."""
+    calls: list[tuple] = []
+    compute = L.leaderboard
+
+    def counted(records, level=0.95, cluster=None, correction="holm", matrix=False, ties="cliques"):  # noqa: ANN001
+        calls.append((level, cluster, correction, matrix, ties))
+        return compute(records, level, cluster, correction, matrix, ties)
+
+    monkeypatch.setattr(L, "leaderboard", counted)
+    content = synth_csv(seed=8, n_systems=5, n_tasks=60)
+    ds = upload(client, content)
+    url = f"/v1/datasets/{ds['id']}/leaderboard"
+    first = client.get(url, params={"cluster": "group", "ties": "leader"})
+    again = client.get(url, params={"cluster": "group", "ties": "leader"})
+    assert first.status_code == 200 and again.json() == first.json() and len(calls) == 1
+    expected = to_dict(compute(parse_records(content), 0.95, "group", "holm", False, "leader"))
+    assert first.json() == json.loads(json.dumps(expected))
+    # the page's ties default to "leader": the API's entry; then (no cluster, cliques), which
+    # the API's defaults find
+    assert client.get(f"/datasets/{ds['id']}/leaderboard", params={"cluster": "group"}).status_code == 200
+    assert client.get(f"/datasets/{ds['id']}/leaderboard", params={"ties": "cliques"}).status_code == 200
+    assert client.get(url).status_code == 200
+    assert calls == [(0.95, "group", "holm", False, "leader"), (0.95, None, "holm", False, "cliques")]
+    client.get(url, params={"level": 0.9})
+    client.get(url, params={"matrix": "true"})
+    client.get(url, params={"matrix": "true"})
+    assert len(calls) == 5 and calls[-1][3] is True
+    assert client.delete(f"/v1/datasets/{ds['id']}").status_code in (200, 204)
+    assert client.get(url).status_code == 404
+    from service.stats import boards
+
+    assert not [k for k in boards._BOARDS.keys() if str(k[0]) == ds["id"]]
+
+
 def test_leaderboard_errors(client: TestClient) -> None:
     ds = upload(client, synth_csv(seed=6))
     url = f"/v1/datasets/{ds['id']}/leaderboard"
