@@ -142,7 +142,11 @@ def _forget_dataset(dataset_id: uuid.UUID) -> None:
 datasets.on_delete(_forget_dataset)
 
 
-_INLINE: LRU[tuple[tuple[str, ...], tuple[str | None, ...] | None], Universe] = LRU(32)
+_INLINE: LRU[tuple[tuple[str, ...], tuple[str | None, ...] | None], Universe] = LRU(
+    32, weigh=lambda key, universe: universe.n, max_weight=400_000
+)
+"""Up to 32 universes, 400,000 tasks in all (each task about 80 bytes of universe plus its id
+in the key: some 60 MB)."""
 
 
 def inline_universe(task_ids: list[str], groups: list[str | None] | None) -> Universe:

@@ -120,3 +120,26 @@ def test_len_is_never_read_in_the_middle_of_a_put() -> None:
         cache._items.popitem(last=False)
     reader.join(5)
     assert got == [2]
+
+
+def test_a_weighed_lru_keeps_its_entries_within_the_weight_and_always_the_newest() -> None:
+    """``weigh`` and ``max_weight`` (universes, whose size a request chooses): the least
+    recently used go first until the rest fit; one entry heavier than the bound is still
+    kept alone; a replaced or popped entry gives its weight back."""
+    lru: LRU[str, list[int]] = LRU(10, weigh=lambda _k, v: len(v), max_weight=100)
+    lru.put("a", [0] * 40)
+    lru.put("b", [0] * 40)
+    assert lru.get("a") is not None  # "b" is now the least recently used
+    lru.put("c", [0] * 30)
+    assert lru.keys() == ["a", "c"] and lru.weight == 70
+    lru.put("a", [0] * 10)  # replaced: 10, not 40
+    assert lru.weight == 40
+    lru.put("huge", [0] * 500)
+    assert lru.keys() == ["huge"] and lru.weight == 500
+    lru.pop("huge")
+    assert lru.weight == 0 and len(lru) == 0
+    lru.put("d", [0] * 5)
+    lru.clear()
+    assert lru.weight == 0
+    with pytest.raises(ValueError, match="both"):
+        LRU(3, weigh=lambda _k, v: 1)
