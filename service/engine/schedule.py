@@ -132,13 +132,13 @@ def scheduled_paths(
     if rule not in ("paired_normal", "serfling", "mcnemar", "bootstrap"):
         raise ValueError(f"rule '{rule}' takes no schedule")
     rows = slice_rows(int(max(ks, default=0)), rule, lattice)
-    if v.shape[0] <= rows:
-        return _paths(rule, v, lattice, ks, lvls, theta, n, cov_ok, resamples, u)
     parts = []
-    for i in range(0, v.shape[0], rows):
+    for i in range(0, max(v.shape[0], 1), rows):  # (no paths: one empty slice)
         cov_i = None if cov_ok is None else cov_ok[i : i + rows]
         u_i = None if u is None else u[i : i + rows]
         parts.append(_paths(rule, v[i : i + rows], lattice, ks, lvls, theta, n, cov_i, resamples, u_i))
+    if len(parts) == 1:
+        return parts[0]
     return np.concatenate([d for d, _ in parts]), np.concatenate([st for _, st in parts])
 
 

@@ -87,11 +87,11 @@ _DENSE_BYTES = 192 << 20
 _dense: OrderedDict[tuple, tail_tables.Table] = OrderedDict()
 _dense_lock = threading.Lock()
 _TAIL_MEMO: dict[tuple, float] = {}
+"""Memoized values for ``k`` past ``_DENSE_MAX_K``, by ``(k, n+, n-, c, *tag)``."""
 _MEMO_ENTRIES = 250_000
 """Most entries of ``_TAIL_MEMO`` (about 240 bytes each: 60 MB). With 4,000,000 a replay of 20
 systems x 3,000 tasks at B = 200 peaked at 1.14-1.17 GB of RSS in 9.7-10.9 s; with 250,000, at
 0.65 GB in 8.3-9.0 s (the fuller memo saved no time)."""
-"""Memoized values for ``k`` past ``_DENSE_MAX_K``, by ``(k, n+, n-, c, *tag)``."""
 
 
 def _dense_table(key: tuple) -> tail_tables.Table:
