@@ -342,6 +342,33 @@ def betting_path(v: np.ndarray, lattice: int | None, n: int, theta: float, a: fl
     return PathVerdict(dec, stop, free, up, dn)
 
 
+def conclusion_strengths(v: np.ndarray, lattice: int | None, n: int, theta: float,
+                         cov_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One path's conclusions at every level ``a`` at once: per step, whether a conclusion there
+    accepts (the mean so far is above ``θ``) and its strength, the largest ``ln(1/a)`` at which
+    the step concludes: ``ln K±_t(θ_X)`` of that side, ``+inf`` where no completion of the task
+    set can change the full decision, ``-inf`` where ``cov_ok`` fails.
+
+    The bets aim at ``θ`` only, so the wealth is the same at every level: the first step whose
+    strength is ``>= ln(1/a)`` is ``betting_path``'s stop at level ``a``, the same comparisons
+    on the same floats. A placement's Holm step-down tests every comparison at up to ``S``
+    levels, and reads them all from one walk (``placement.holm_levels``)."""
+    k = len(v)
+    vv = np.asarray(v, dtype=np.float64)[None, :]
+    x = (vv / (lattice or 1) + 1.0) / 2.0
+    theta_x = (theta + 1.0) / 2.0
+    s, c, g = _steps(x, n, theta_x)
+    up, dn = _log_wealth(x, c, *_bets(g, c))
+    i = np.arange(1, k + 1, dtype=np.float64)
+    pos = above(np.cumsum(vv, axis=1), i[None, :], theta, lattice)[0]
+    sure_up = (s / n > theta_x + TOL)[0]
+    sure_dn = ((s + n - i) / n <= theta_x + TOL)[0]
+    strength = np.where(pos, np.where(sure_up, np.inf, up[0]), np.where(sure_dn, np.inf, dn[0]))
+    if cov_ok is not None:
+        strength = np.where(np.asarray(cov_ok[:k], dtype=bool), strength, -np.inf)
+    return pos, strength
+
+
 def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> dict[str, float]:
     """``ln K±_t(θ_X)`` at step ``t`` of the observed differences ``d`` (what the decision compares
     with ``ln(1/a)``)."""

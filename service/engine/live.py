@@ -41,7 +41,7 @@ import numpy as np
 from service.engine import answers
 from service.engine import rules as R
 from service.engine.anytime import anytime_path
-from service.engine.betting import betting_path, betting_statistic
+from service.engine.betting import betting_path, betting_statistic, conclusion_strengths
 from service.engine.coverage import FLOORS, budget_k, required
 from service.engine.numbers import clean as _clean
 from service.engine.observations import LiveError, Observed, Universe, aggregate, make_universe
@@ -208,6 +208,15 @@ def _anytime_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     stat: dict[str, object] = {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a)),
                                "log_wealth_up": _clean(up), "log_wealth_down": _clean(down)}
     return path.decision, stat, path.free_decision
+
+
+def anytime_strengths(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
+                      cov_path: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``anytime`` on ``d`` at every level at once (``betting.conclusion_strengths``): per step,
+    whether a conclusion there accepts and the largest ``ln(1/a)`` at which it concludes; the
+    first step with strength ``>= ln(1/a)`` is ``rule_verdict``'s stop at level ``a``."""
+    v = np.round(d * lattice).astype(np.int64) if lattice else d
+    return conclusion_strengths(v, lattice, n, spec.theta, cov_path)
 
 
 def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,

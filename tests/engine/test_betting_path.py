@@ -5,6 +5,8 @@ for each mask, and its wealth at the stop is ``betting_statistic``'s; the live a
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -140,3 +142,34 @@ def test_paths_past_kmax_and_mask_rows() -> None:
                zip(short, betting.betting_paths(v[:, :50].astype(float), 1, 100, 0.0, A, 50), strict=True))
     with pytest.raises(ValueError, match="3 rows for 20 paths"):
         betting.betting_paths(v, 1, 100, 0.0, A, 50, np.ones((3, 50), dtype=bool))
+
+
+def test_strengths_give_every_level_s_first_conclusion() -> None:
+    """``conclusion_strengths``: at each level ``a``, the first step whose strength is
+    ``>= ln(1/a)`` is ``betting_paths``' decision and stop at ``a`` (to the step)."""
+    rng = np.random.default_rng(31)
+    seen = set()
+    for trial in range(150):
+        k = int(rng.integers(1, 250))
+        n = k + int(rng.integers(0, 300))
+        lattice = (None, 1, 2, 3)[trial % 4]
+        if lattice is None:
+            v = np.round(rng.uniform(-1, 1, k) + rng.uniform(0, 0.6), 4).clip(-1, 1)
+        else:
+            v = np.clip(rng.integers(-lattice, lattice + 1, k) + (rng.random(k) < 0.4) * lattice, -lattice, lattice)
+        v = v if rng.random() < 0.5 else -v  # both directions
+        theta = float(rng.choice([0.0, 0.05, -0.1]))
+        cov = None if trial % 3 == 0 else np.arange(k) >= int(rng.integers(0, k + 1))
+        accepts, strength = betting.conclusion_strengths(v, lattice, n, theta, cov)
+        for a in (0.2, 0.05, 0.05 / 7, 0.05 / 300, 1e-9):
+            mask = None if cov is None else cov[None, :]
+            dec, stop = betting.betting_paths(v[None, :], lattice, n, theta, a, k, mask)
+            hit = strength >= math.log(1.0 / a)
+            if hit.any():
+                t = int(np.argmax(hit))
+                got = (betting.ACCEPT if accepts[t] else betting.REJECT, t + 1)
+            else:
+                got = (betting.DEFER, k + 1)
+            assert got == (int(dec[0]), int(stop[0])), (trial, a)
+            seen.add(got[0])
+    assert seen == {betting.ACCEPT, betting.REJECT, betting.DEFER}
