@@ -31,6 +31,11 @@ from service.engine.numbers import clean as _clean
 from service.engine.schedule import scheduled_paths
 
 FORECAST_PATHS = 100
+FORECAST_CELLS = 1 << 20
+"""Path steps a forecast draws (and, but for ``anytime_eb``, walks) at once. Its paths are
+``FORECAST_PATHS × cap``: at a 100,000-task cap the draw and the paths were 80 MB of int64 each
+(227 MiB at the peak; 305 MiB for ``anytime_eb``), so they are drawn a few rows at a time:
+one stream split by rows, the same paths."""
 
 
 def interval(rule: str, d: np.ndarray, n: int, a: float, lattice: int | None) -> dict[str, object] | None:
@@ -122,17 +127,34 @@ def forecast(
         return None
     lat = lattice or 1
     v = np.round(d * lat).astype(np.int64) if lattice else np.asarray(d, dtype=np.float64)
-    paths = np.empty((FORECAST_PATHS, k_cap), dtype=v.dtype)
-    paths[:, :k] = v[None, :]
-    paths[:, k:] = v[rng.integers(0, k, size=(FORECAST_PATHS, k_cap - k))]
-    if rule in ("anytime", "anytime_eb"):
-        kernel = betting_paths if rule == "anytime" else R.anytime_paths
-        _, stop = kernel(paths, lattice, n, theta, a, k_cap)
-    else:
+    ahead = []
+    if rule not in ("anytime", "anytime_eb"):
         ahead = [(kj, lv) for kj, lv in (checkpoints or [(j, a) for j in range(k + 1, k_cap + 1)]) if k < kj <= k_cap]
         if not ahead or lattice is None:
             return None
-        _, stop = scheduled_paths(rule, paths, lat, [kj for kj, _ in ahead], [lv for _, lv in ahead], theta, n)
+    rows = max(1, FORECAST_CELLS // k_cap)
+
+    def drawn(count: int) -> np.ndarray:  # the next ``count`` paths (one stream, split by rows)
+        paths = np.empty((count, k_cap), dtype=v.dtype)
+        paths[:, :k] = v[None, :]
+        paths[:, k:] = v[rng.integers(0, k, size=(count, k_cap - k))]
+        return paths
+
+    blocks = [(lo, min(FORECAST_PATHS, lo + rows)) for lo in range(0, FORECAST_PATHS, rows)]
+    if rule == "anytime_eb":  # its walk steps in Python over all paths at once: one walk, built by blocks
+        paths = np.empty((FORECAST_PATHS, k_cap), dtype=np.int32 if lattice else np.float64)
+        for lo, hi in blocks:
+            paths[lo:hi] = drawn(hi - lo)
+        stop = R.anytime_paths(paths, lattice, n, theta, a, k_cap)[1]
+    else:
+        stop = np.empty(FORECAST_PATHS, dtype=np.int64)
+        for lo, hi in blocks:
+            paths = drawn(hi - lo)
+            if rule == "anytime":
+                stop[lo:hi] = betting_paths(paths, lattice, n, theta, a, k_cap)[1]
+            else:
+                checks = [kj for kj, _ in ahead], [lv for _, lv in ahead]
+                stop[lo:hi] = scheduled_paths(rule, paths, lat, *checks, theta, n)[1]
     done = stop <= k_cap
     more = np.minimum(stop, k_cap) - k
     q = np.percentile(more, [10, 50, 90])

@@ -263,6 +263,10 @@ def _log_wealth(quad: tuple, sign: int, mu) -> np.ndarray:
     return sign * (l1 - l2 * mu) - (q0 - 2.0 * q1 * mu + q2 * mu * mu)
 
 
+_EB_SEGMENT = 4096
+"""Steps of ``anytime_paths``' paths turned into rows at once (not the whole ``[cases, kmax]``)."""
+
+
 def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[float], a: float, kmax: int,
                   cov_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """First conclusion of the anytime-valid rule along each path (docs/engine-api.md).
@@ -280,11 +284,7 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
     log_inv_a = math.log(1.0 / a)
     theta_x = (thetas[:, None] + 1.0) / 2.0
     scale = lattice or 1  # without a lattice ``v`` holds the differences themselves
-    xt = np.ascontiguousarray(((np.asarray(v[:, :kmax], dtype=np.float64) / scale + 1.0) / 2.0).T)
-    vt = np.ascontiguousarray(np.asarray(v[:, :kmax], dtype=np.float64).T)
-    cov_t = None
-    if cov_ok is not None:
-        cov_t = np.ascontiguousarray(np.broadcast_to(cov_ok[:, :kmax], (cases, kmax)).T)
+    cov = None if cov_ok is None else np.broadcast_to(cov_ok[:, :kmax], (cases, kmax))
     idx = np.arange(cases)  # cases still undecided for some θ
     state = np.zeros((9, cases))  # s_prev, var_acc, l1, l2, q0, q1, q2, vsum, mu_hat
     state[1] = 0.25
@@ -293,8 +293,14 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
     stop = np.full((n_th, cases), kmax + 1, dtype=np.int64)
     live = np.ones((n_th, cases), dtype=bool)
     for i in range(1, kmax + 1):
+        if (i - 1) % _EB_SEGMENT == 0:  # the next steps, one row per step (a forecast's paths are long)
+            seg = np.asarray(v[:, i - 1 : min(kmax, i - 1 + _EB_SEGMENT)], dtype=np.float64)
+            vt = np.ascontiguousarray(seg.T)
+            xt = (vt / scale + 1.0) / 2.0
+            cov_t = None if cov is None else np.ascontiguousarray(cov[:, i - 1 : i - 1 + len(vt)].T)
         s_prev, var_acc, l1, l2, q0, q1, q2, vsum, mu_hat = state
-        x = xt[i - 1, idx]
+        j = (i - 1) % _EB_SEGMENT
+        x = xt[j, idx]
         lam = np.minimum(0.5, np.sqrt(2.0 * log_inv_a / (var_acc / i * i * math.log(1.0 + i))))
         psi = -np.log1p(-lam) - lam
         rem = n - i + 1
@@ -308,7 +314,7 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
         var_acc += (x - mu_hat) ** 2
         s_prev += x
         state[8] = (0.5 + s_prev) / (i + 1)
-        vsum += vt[i - 1, idx]
+        vsum += vt[j, idx]
         lo = s_prev / n
         hi = (s_prev + n - i) / n
         quad = (l1, l2, q0, q1, q2)
@@ -319,7 +325,7 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
         rej = ~pos & ((hi <= theta_x + TOL) | ((_log_wealth(quad, -1, theta_x) >= log_inv_a) & dn_hi))
         hit = live[:, idx] & (acc | rej)
         if cov_t is not None:
-            hit &= cov_t[i - 1, idx][None, :]
+            hit &= cov_t[j, idx][None, :]
         if hit.any():
             th, col = np.nonzero(hit)
             dec[th, idx[col]] = np.where(acc[th, col], ACCEPT, REJECT)
