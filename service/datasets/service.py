@@ -250,7 +250,10 @@ def load_records(session: Session, dataset_id: uuid.UUID) -> Records:
     return _CACHE.get_or_load(dataset_id, parse)
 
 
-_CACHE: LRU[uuid.UUID, Records] = LRU(4)
+CACHED_DATASET_BYTES = 512 * 1024**2
+"""Parsed datasets a process keeps, by their ``held_bytes`` (the newest is always kept): the
+upload limits allow a dataset of about 200 MB parsed (a million tasks, two million rows)."""
+_CACHE: LRU[uuid.UUID, Records] = LRU(4, weigh=lambda _id, r: r.held_bytes(), max_weight=CACHED_DATASET_BYTES)
 
 
 def _json_safe(value: Any) -> Any:

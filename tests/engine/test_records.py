@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine.records import MAX_TRIAL, RecordsError, filter_systems, group_labels, parse_records
+from service.engine.records import MAX_TRIAL, RecordsError, filter_systems, from_rows, group_labels, parse_records
 from tests.conftest import shared_dataset
 
 CSV = """system,task_id,trial,outcome,cost,repo
@@ -189,3 +189,25 @@ def test_trial_bound_is_inclusive():
     """``MAX_TRIAL`` itself is a trial (the live tables' integer column holds it)."""
     rec = parse_records(f"system,task_id,trial,outcome\nA,t,{MAX_TRIAL},1\nB,t,0,1\n", "csv")
     assert rec.raw_trial.tolist() == [MAX_TRIAL, 0]
+
+
+def test_held_bytes_is_what_the_records_allocate():
+    """``held_bytes`` (what the dataset cache weighs) against tracemalloc on records read back
+    from their stored form, where every array and string is new: within 10 %."""
+    import gc
+    import tracemalloc
+
+    from service.engine.records_blob import records_from_bytes, records_to_bytes
+    from service.engine.synth import generate
+
+    for args in (dict(n_systems=30, n_tasks=400, n_groups=4), dict(n_systems=2, n_tasks=40_000, n_groups=12),
+                 dict(n_systems=5, n_tasks=8_000, n_groups=3, trials=3)):
+        blob = records_to_bytes(from_rows(generate(seed=3, **args)))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            rec = records_from_bytes(blob)
+            traced = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert 0.9 * traced <= rec.held_bytes() <= 1.1 * traced, (args, traced, rec.held_bytes())

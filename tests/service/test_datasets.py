@@ -310,3 +310,31 @@ def test_a_process_meeting_a_stored_dataset_reads_its_parsed_records(client: Tes
     with transaction(factory) as session:
         session.execute(text("UPDATE datasets SET parsed = NULL"))
     assert _same_records(fresh_load(forbid_parse=False), want)  # stored before: parsed
+
+
+def test_parsed_datasets_are_kept_by_their_bytes(client: TestClient, monkeypatch) -> None:
+    """The process keeps parsed datasets within ``CACHED_DATASET_BYTES`` of ``held_bytes``: a
+    cache that fits one of them keeps the newest only, and a later read parses again, to the
+    same records."""
+    import uuid
+
+    from service.datasets import service as datasets
+    from service.db import transaction
+
+    factory = client.app.state.sessionmaker
+    ids = [uuid.UUID(upload(client, synth_csv(seed=60 + i))["id"]) for i in range(2)]
+    datasets._CACHE.clear()
+
+    def load(i):
+        with transaction(factory) as session:
+            return datasets.load_records(session, ids[i])
+
+    first = load(0)
+    assert datasets._CACHE.max_weight == datasets.CACHED_DATASET_BYTES
+    assert datasets._CACHE.weight == first.held_bytes() > 0
+    monkeypatch.setattr(datasets._CACHE, "max_weight", first.held_bytes() + 1)
+    second = load(1)
+    assert ids[0] not in datasets._CACHE and ids[1] in datasets._CACHE
+    assert datasets._CACHE.weight == second.held_bytes()
+    again = load(0)
+    assert again is not first and _same_records(again, first)
