@@ -75,21 +75,28 @@ def worker_pids(root: int) -> list[int]:
 
 def replay_timeline(url: str, rid: str) -> dict[str, float]:
     """When each step of a replay happened, in seconds after the API stored it (the database's
-    own timestamps): the run job started, the first and the last chunk stored, the report
-    stored. Shows where the wall time between the POST and the report goes."""
+    own timestamps): the run job started, the first chunk claimed, the first and the last chunk
+    stored, the report stored, and the seconds from claim to store summed over the chunks (the
+    workers' busy time: against workers x the span, what they spent idle or between chunks).
+    Shows where the wall time between the POST and the report goes."""
     engine = create_engine(url)
     try:
         with engine.connect() as c:
             created, started, finished = c.execute(
                 text("SELECT created_at, started_at, finished_at FROM replays WHERE id = :id"), {"id": rid}
             ).one()
-            first, last = c.execute(
-                text("SELECT min(finished_at), max(finished_at) FROM replay_chunks WHERE replay_id = :id"), {"id": rid}
-            ).one()
+            chunks = c.execute(
+                text("SELECT heartbeat_at, finished_at FROM replay_chunks WHERE replay_id = :id"), {"id": rid}
+            ).all()
     finally:
         engine.dispose()
-    steps = {"started": started, "first chunk": first, "last chunk": last, "report": finished}
-    return {k: round((v - created).total_seconds(), 2) for k, v in steps.items() if v is not None}
+    claimed = min(h for h, _ in chunks)  # a chunk's claim time (its first beat comes 5 s later)
+    first = min(f for _, f in chunks)
+    last = max(f for _, f in chunks)
+    steps = {"started": started, "first claimed": claimed, "first chunk": first, "last chunk": last, "report": finished}
+    out = {k: round((v - created).total_seconds(), 2) for k, v in steps.items() if v is not None}
+    out["chunk seconds"] = round(sum((f - h).total_seconds() for h, f in chunks), 2)  # claim to store, summed
+    return out
 
 
 def submit(http: httpx.Client, dataset_id: str, spec: dict, api_pids: list[int], timeout: float,
