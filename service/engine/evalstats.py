@@ -295,6 +295,9 @@ def _paired_test(
     * otherwise a paired t-test on ``d`` with the CR1 standard error and ``G - 1`` degrees
       of freedom (``G`` = clusters, or tasks without a key: then it is the ordinary paired
       t-test). A zero standard error gives p = 1 when the mean is 0, else p = 0.
+
+    :func:`paired_tests` runs this for all pairs of a leaderboard at once and must give the
+    same bits: change both together (``tests/engine/test_leaderboard_pairs.py`` compares them).
     """
     cl = clustered_se(d, labels)
     if labels is None and binary_single:
@@ -311,6 +314,166 @@ def _paired_test(
         from scipy import stats  # on first use, not at import (engine/binom.py says why)
         p = float(2.0 * stats.t.sf(abs(cl.mean) / se, cl.n_clusters - 1))
     return name, se, p, cl if labels is not None else None
+
+
+# --------------------------------------------------------------------------- many pairs at once
+
+PAIR_TESTS = ("none", "mcnemar_exact", "paired_t", "paired_t_clustered")
+"""Names of :func:`_paired_test`'s tests, indexed by :attr:`PairedTests.test` (``none``: no
+common task)."""
+
+PAIR_CELLS = 1 << 16
+"""Pairs × tasks that :func:`paired_tests` holds in one array: 512 KiB of float64, so a few such
+arrays stay in cache and the memory does not grow with the number of pairs (134 x 500 with
+clusters: about half the time of 8 MiB arrays, whose fresh pages were most of the cost)."""
+
+
+@dataclass(frozen=True)
+class PairedTests:
+    """:func:`_paired_test` for many pairs, one entry per pair: ``test`` indexes
+    :data:`PAIR_TESTS`; ``df`` is ``G - 1`` (clusters, or tasks without a key), -1 without tasks."""
+
+    n_tasks: np.ndarray
+    diff: np.ndarray
+    se: np.ndarray
+    p_value: np.ndarray
+    test: np.ndarray
+    df: np.ndarray
+
+
+def paired_tests(records: Records, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None) -> PairedTests:
+    """:func:`_paired_test` of every pair ``(a[k], b[k])`` on the tasks both ran, all at once.
+
+    A leaderboard tests ``S(S-1)/2`` pairs; one call each cost 130 µs of Python and numpy
+    overhead (1.2 s at 134 systems). The numbers are the same bits as those calls give
+    (``tests/engine/test_leaderboard_pairs.py``) because every float comes from the same IEEE
+    operations in the same order: a pair's mean is numpy's pairwise sum of the same packed
+    differences (pairs with equally many common tasks are packed into one matrix, whose row
+    sums are that sum), sums of squares are the same BLAS dot products (``np.vecdot`` runs the
+    ddot that ``u @ u`` runs), cluster sums add task after task as ``np.bincount`` does (a task
+    outside the common set adds an exact 0), and the p-values come from the same ufuncs. Only
+    counts (tasks, clusters, McNemar's n+ and n-) are taken in bulk, where any order is exact.
+    """
+    a, b = np.asarray(a, dtype=np.intp), np.asarray(b, dtype=np.intp)
+    m, t = a.size, records.n_tasks
+    n, units = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)  # units: G, clusters or tasks
+    n_plus, n_minus = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+    diff, uu, ss = np.full(m, np.nan), np.full(m, np.nan), np.full(m, np.nan)
+    binary = np.zeros(m, dtype=bool)
+    everywhere = bool(records.observed.all())
+    # cells that are not one 0/1 trial: a pair with one among its common tasks gets no McNemar
+    rough = records.observed & ~((records.trials == 1) & ((records.y == 0.0) | (records.y == 1.0)))
+    rough_system = rough.any(axis=1)
+    step = max(1, PAIR_CELLS // max(t, 1))
+    index = members = None  # cell (row, task) -> its bin (row, cluster); task -> its cluster, one-hot
+    if labels is not None:
+        g = int(labels.max()) + 1
+        index = (np.arange(min(step, m))[:, None] * g + labels[None, :]).ravel()
+        members = (labels[:, None] == np.arange(g)[None, :]).astype(np.float64)
+    if everywhere:
+        n[:] = t
+        sequence = np.arange(m)
+    else:  # pairs with equally many common tasks side by side, to be packed together
+        seen = records.observed.astype(np.float64)
+        n[:] = (seen @ seen.T)[a, b]  # whole numbers below 2**53: exact
+        sequence = np.argsort(n, kind="stable")
+    for start in range(0, m, step):
+        rows = sequence[start : start + step]
+        ia, ib = a[rows], b[rows]
+        d = records.y[ia] - records.y[ib]  # NaN off the common tasks
+        common = None if everywhere else records.observed[ia] & records.observed[ib]
+        smooth = ~(rough_system[ia] | rough_system[ib])
+        if common is not None and not smooth.all():  # a rough cell may lie off the common tasks
+            ask = np.flatnonzero(~smooth)
+            smooth[ask] = ~((rough[ia[ask]] | rough[ib[ask]]) & common[ask]).any(axis=1)
+        binary[rows] = smooth
+        mean, squares, signs, u = _centred(d, common, n[rows], labels is None and bool(binary[rows].any()))
+        diff[rows], uu[rows] = mean, squares
+        if labels is None or index is None:  # (the same: index is None exactly when labels is)
+            n_plus[rows], n_minus[rows] = signs
+            units[rows], ss[rows] = n[rows], squares  # every task its own cluster: the sums are u
+        else:
+            if u is None:
+                u = np.subtract(d, mean[:, None], out=np.zeros_like(d), where=common)
+            ss[rows], units[rows] = _cluster_squares(u, common, index[: u.size], members)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se_iid = np.where(n > 1, np.sqrt(uu / (n * (n - 1))), np.nan)
+        se_cr1 = np.where(units > 1, np.sqrt(units / (units - 1) * ss) / n, np.nan)
+    mcnemar = (n > 0) & binary & (labels is None)
+    test = np.where(n == 0, 0, np.where(mcnemar, 1, 2 if labels is None else 3)).astype(np.int8)
+    se = np.where(mcnemar, se_iid, se_cr1)
+    p = np.where(mcnemar, 1.0, np.nan)
+    discordant = n_plus + n_minus
+    ran = mcnemar & (discordant > 0)
+    p[ran] = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(n_plus, n_minus)[ran], discordant[ran], 0.5))
+    t_test = (test >= 2) & np.isfinite(se)
+    flat = t_test & (se == 0.0)
+    p[flat] = np.where(diff[flat] == 0.0, 1.0, 0.0)
+    spread = t_test & (se != 0.0)
+    if spread.any():
+        from scipy import stats  # on first use, not at import (engine/binom.py says why)
+
+        p[spread] = 2.0 * stats.t.sf(np.abs(diff[spread]) / se[spread], units[spread] - 1)
+    return PairedTests(n, diff, se, p, test, np.where(n > 0, units - 1, -1))
+
+
+def _centred(
+    d: np.ndarray, common: np.ndarray | None, n: np.ndarray, signs: bool
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
+    """Per row of ``d``: the mean over its common tasks, the sum of squared deviations from it
+    and, with ``signs``, how many differences are positive and negative (right for rows of 0/1
+    outcomes only, where the sum ``n+ - n-`` is exact); then the deviations of every row when
+    every task is common (else None). Rows with equally many common tasks are packed into one
+    contiguous matrix, so each row is summed as its own 1-D array is (numpy's pairwise sum,
+    BLAS's dot)."""
+    k = n.size
+    deviations = None
+    mean, squares = np.full(k, np.nan), np.full(k, np.nan)
+    plus, minus = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    for size in np.unique(n):
+        if size == 0:
+            continue
+        rows = np.flatnonzero(n == size)
+        whole = rows.size == k
+        if common is None:
+            packed = d if whole else d[rows]
+        else:
+            packed = (d[common] if whole else d[rows][common[rows]]).reshape(rows.size, size)
+        total = packed.sum(axis=1)
+        mean[rows] = mu = total / size  # what ``mean`` does: the sum, divided by the count
+        u = packed - mu[:, None]
+        squares[rows] = np.vecdot(u, u)
+        if packed is d:
+            deviations = u
+        if signs:
+            moved = np.count_nonzero(packed, axis=1)
+            plus[rows] = np.rint((moved + total) / 2.0)
+            minus[rows] = moved - plus[rows]
+    return mean, squares, (plus, minus), deviations
+
+
+def _cluster_squares(
+    u: np.ndarray, common: np.ndarray | None, index: np.ndarray, members: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: ``sum_g (sum of u over the row's tasks in cluster g)²`` over the clusters it
+    has, and how many it has (``index``: a cell's bin ``row · G + label``; ``members``: tasks x
+    clusters, one-hot). The cluster sums run task by task, as :func:`clustered_se`'s
+    ``np.bincount`` does; the squares over the present clusters only, packed as in :func:`_centred`."""
+    k, g = u.shape[0], members.shape[1]
+    sums = np.bincount(index, weights=u.ravel(), minlength=k * g).reshape(k, g)
+    if common is None:
+        present = np.broadcast_to(members.any(axis=0), (k, g))
+    else:  # tasks per row and cluster: whole numbers, exact in any order
+        present = common.astype(np.float64) @ members > 0
+    count = present.sum(axis=1)
+    squares = np.full(k, np.nan)
+    for size in np.unique(count):
+        if size == 0:
+            continue
+        rows = np.flatnonzero(count == size)
+        packed = sums[rows] if size == g else sums[rows][present[rows]].reshape(rows.size, size)
+        squares[rows] = np.vecdot(packed, packed)
+    return squares, count
 
 
 def pair_stats(

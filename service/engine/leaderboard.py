@@ -2,7 +2,8 @@
 
 Built on the per-system and paired statistics of :mod:`service.engine.evalstats`; every
 pair is compared on the tasks both systems ran, with the paired test of
-:func:`~service.engine.evalstats._paired_test`, and a family of tests is corrected with
+:func:`~service.engine.evalstats._paired_test` (run for all pairs at once by
+:func:`~service.engine.evalstats.paired_tests`), and a family of tests is corrected with
 :func:`adjust_pvalues`.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.evalstats import SystemStats, _binary_single, _labels, _pair_arrays, _paired_test, _system_stats
+from service.engine.evalstats import PAIR_TESTS, PairedTests, SystemStats, _labels, _system_stats, paired_tests
 from service.engine.intervals import t_interval
 from service.engine.letters import TooManyLetters, compact_letters, rank_bounds
 from service.engine.records import Records, parse_group_key
@@ -152,40 +153,52 @@ TIE_DEFINITIONS = {
 }
 
 
-def _compare(
-    records: Records, hi: int, lo: int, ranks: dict[int, int], labels: np.ndarray | None, level: float
-) -> dict:
-    """The paired test of ``hi`` against ``lo`` on their common tasks, with the interval
-    ``diff ± t_{df}·se`` at ``level`` (``df = G - 1`` clusters, or tasks - 1 without a key)."""
-    mask, ya, yb = _pair_arrays(records, hi, lo)
-    n = int(mask.sum())
-    out = {
-        "higher": records.systems[hi],
-        "lower": records.systems[lo],
-        "rank_higher": ranks[hi],
-        "rank_lower": ranks[lo],
-        "n_tasks": n,
-    }
-    if n == 0:
-        return {**out, "diff": math.nan, "se": math.nan, "test": "none", "p_value": math.nan}
-    d = ya - yb
-    binary = _binary_single(records, hi, mask) and _binary_single(records, lo, mask)
-    task_labels = None if labels is None else labels[mask]
-    test, se, p, _ = _paired_test(d, task_labels, binary)
-    m = float(d.mean())
-    df = (np.unique(task_labels).size if task_labels is not None else n) - 1
-    low = high = math.nan
-    if df >= 1 and math.isfinite(se):
-        low, high = t_interval(m, se, df, level)
-    method = "paired_t_clustered" if labels is not None else "paired_t"
-    return {**out, "diff": m, "se": se, "test": test, "p_value": p, "ci_low": low, "ci_high": high, "ci_method": method}
+def _intervals(tests: PairedTests, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """``diff ± t_{df}·se`` at ``level`` where ``df >= 1`` and ``se`` is finite (else NaN):
+    :func:`t_interval` once per distinct ``df``, as one pair at a time asked it."""
+    low, high = np.full(tests.diff.size, np.nan), np.full(tests.diff.size, np.nan)
+    ok = (tests.df >= 1) & np.isfinite(tests.se)
+    for df in np.unique(tests.df[ok]):
+        at = ok & (tests.df == df)
+        low[at], high[at] = t_interval(tests.diff[at], tests.se[at], int(df), level)
+    return low, high
 
 
-def _comparisons(raw: list[dict], correction: str, alpha: float) -> tuple[Comparison, ...]:
-    adj = adjust_pvalues([r["p_value"] for r in raw], correction)
-    return tuple(
-        Comparison(**r, p_adjusted=float(q), distinguishable=bool(q <= alpha)) for r, q in zip(raw, adj, strict=True)
-    )
+def _comparisons(
+    names: Sequence[str],
+    pairs: tuple[np.ndarray, np.ndarray],
+    tests: PairedTests,
+    bounds: tuple[np.ndarray, np.ndarray],
+    picked: np.ndarray,
+    adjusted: np.ndarray,
+    alpha: float,
+    method: str,
+) -> tuple[Comparison, ...]:
+    """The comparisons of the ``picked`` pairs (ranks ``i < j``, ``names`` in rank order), with
+    their ``adjusted`` p-values; a pair without common tasks has no test and no interval."""
+    out = []
+    for k, q in zip(picked.tolist(), adjusted.tolist(), strict=True):
+        i, j = int(pairs[0][k]), int(pairs[1][k])
+        n = int(tests.n_tasks[k])
+        common = dict(higher=names[i], lower=names[j], rank_higher=i + 1, rank_lower=j + 1, n_tasks=n)
+        decided = dict(p_adjusted=q, distinguishable=q <= alpha)
+        if n == 0:
+            out.append(Comparison(**common, diff=math.nan, se=math.nan, test="none", p_value=math.nan, **decided))
+            continue
+        out.append(
+            Comparison(
+                **common,
+                diff=float(tests.diff[k]),
+                se=float(tests.se[k]),
+                test=PAIR_TESTS[tests.test[k]],
+                p_value=float(tests.p_value[k]),
+                **decided,
+                ci_low=float(bounds[0][k]),
+                ci_high=float(bounds[1][k]),
+                ci_method=method,
+            )
+        )
+    return tuple(out)
 
 
 def _describe(first: int, last: int) -> str:
@@ -317,17 +330,28 @@ def leaderboard(
     labels = _labels(records, cluster)
     all_stats = [_system_stats(records, s, level, labels) for s in range(records.n_systems)]
     order = sorted(range(records.n_systems), key=lambda s: (-round(all_stats[s].mean, 12), records.systems[s]))
-    ranks = {s: r + 1 for r, s in enumerate(order)}
     alpha = 1.0 - level
     n = len(order)
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    raw = {(i, j): _compare(records, order[i], order[j], ranks, labels, level) for i, j in pairs}
-    full = _comparisons([raw[ij] for ij in pairs], correction, alpha)
-    adjacent = _comparisons([raw[(i, i + 1)] for i in range(n - 1)], correction, alpha)
+    ranked_names = [records.systems[s] for s in order]
+    pairs = np.triu_indices(n, 1)  # (i, j), i < j in rank order, row by row
+    ranked = np.asarray(order, dtype=np.intp)
+    tests = paired_tests(records, ranked[pairs[0]], ranked[pairs[1]], labels)
+    bounds = _intervals(tests, level)
+    method = "paired_t_clustered" if labels is not None else "paired_t"
+    p_full = adjust_pvalues(tests.p_value, correction)
+    steps = np.flatnonzero(pairs[1] == pairs[0] + 1)
+    adjacent = _comparisons(
+        ranked_names, pairs, tests, bounds, steps, adjust_pvalues(tests.p_value[steps], correction), alpha, method
+    )
+    full = None
+    if matrix or ties == "leader":
+        every = np.arange(tests.p_value.size)
+        full = _comparisons(ranked_names, pairs, tests, bounds, every, p_full, alpha, method)
+    real = (p_full <= alpha) & (tests.diff != 0)  # NaN p-values are never distinguishable
+    up = real & (tests.diff > 0)
     better = np.zeros((n, n), dtype=bool)
-    for (i, j), c in zip(pairs, full, strict=True):
-        if c.distinguishable and c.diff != 0:
-            better[(i, j) if c.diff > 0 else (j, i)] = True
+    better[pairs[0][up], pairs[1][up]] = True
+    better[pairs[1][real & ~up], pairs[0][real & ~up]] = True
     low, high = rank_bounds(better)
     means = [all_stats[s].mean for s in order]
     blocks = _score_blocks(means)
@@ -340,13 +364,12 @@ def leaderboard(
         letters = compact_letters(separated)
     except TooManyLetters as exc:
         letters, note = None, f"letters not shown: {exc}"
-    ranked_names = [records.systems[s] for s in order]
     if ties == "cliques":
         groups = clique_tie_groups(ranked_names, ~separated, blocks)
     elif ties == "adjacent":
         groups = tie_groups(ranked_names, adjacent)
     else:
-        groups = leader_tie_groups(ranked_names, full)
+        groups = leader_tie_groups(ranked_names, full or ())
     key = None if labels is None else ",".join(parse_group_key(cluster))
     return Leaderboard(
         level=level,
@@ -358,7 +381,7 @@ def leaderboard(
             for k, s in enumerate(order)
         ),
         adjacent=adjacent,
-        matrix=full if matrix or ties == "leader" else None,
+        matrix=full,
         ties=ties,
         tie_groups=groups,
         definition=TIE_DEFINITIONS[ties],

@@ -2,8 +2,9 @@
 
 A dataset never changes, so its leaderboard for one set of parameters is the same at every
 request, and a leaderboard backend asks for the same few again and again. Computed, one is
-S(S-1)/2 paired tests and the letters: 1.4 s for 134 systems x 500 tasks, 16.5 s for 300
-(``MAX_LEADERBOARD_SYSTEMS``) under tracemalloc. The last few are kept (without the all-pairs matrix,
+S(S-1)/2 paired tests (all at once: ``evalstats.paired_tests``) and the letters: 0.15-0.32 s
+for 134 systems x 500 tasks, 0.5-0.9 s for 300 (``MAX_LEADERBOARD_SYSTEMS``;
+``benchmarks/leaderboard_speed.py``). The last few are kept (without the all-pairs matrix,
 which is S(S-1)/2 comparisons and is computed when asked for); concurrent requests for one
 that is missing wait for a single computation; deleting the dataset drops them in this
 process (another process keeps its own until evicted, as it does the parsed dataset).
