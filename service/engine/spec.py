@@ -87,6 +87,8 @@ def with_schedule(policy: Policy, checkpoints: Sequence[object] | str | None, sp
     if policy.order == "neyman":
         raise SpecError(field, f"policy '{policy.name}': a schedule needs a single task order, not neyman")
     fractions = parse_fractions(checkpoints, field) if isinstance(checkpoints, str) else checkpoints
+    if len(fractions) > MAX_SCHEDULE_CHECKPOINTS:
+        raise SpecError(field, f"{len(fractions):,} checkpoints; the limit is {MAX_SCHEDULE_CHECKPOINTS}")
     try:
         cks = schedule.check_checkpoints(list(fractions), field)
         spend = schedule.check_spending(spending or schedule.DEFAULT_SPENDING, policy.rule, "spending")
@@ -95,12 +97,27 @@ def with_schedule(policy: Policy, checkpoints: Sequence[object] | str | None, sp
     return replace(policy, name=f"{policy.name}[{schedule_tag(cks, spend)}]", checkpoints=cks, spending=spend)
 
 
-def parse_fractions(text: str, field: str) -> tuple[float, ...]:
-    """``"0.02:0.5:0.02,1"``: comma-separated numbers or ``start:stop:step`` ranges (inclusive)."""
+MAX_SCHEDULE_CHECKPOINTS = 200
+"""Checkpoints of a replay policy's schedule: each is a look at every path of a chunk, and a
+range such as ``"0.5:1:1e-300"`` is counted before it is expanded."""
+
+
+def parse_fractions(text: str, field: str, max_count: int = MAX_SCHEDULE_CHECKPOINTS) -> tuple[float, ...]:
+    """``"0.02:0.5:0.02,1"``: comma-separated numbers or ``start:stop:step`` ranges (inclusive),
+    at most ``max_count`` in all (refused from the arithmetic, before a range is made)."""
     out: list[float] = []
     for part in text.split(","):
-        if part.strip():
-            out.extend(parse_budgets(part) if ":" in part else (_number(part, field),))
+        if not part.strip():
+            continue
+        if ":" in part:
+            try:
+                out.extend(parse_budgets(part, max_count))
+            except SpecError as exc:
+                raise SpecError(field, exc.message.replace("budgets", "checkpoints")) from None
+        else:
+            out.append(_number(part, field))
+        if len(out) > max_count:
+            raise SpecError(field, f"more than {max_count} checkpoints; the limit is {max_count}")
     return tuple(out)
 
 

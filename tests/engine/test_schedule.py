@@ -333,3 +333,20 @@ def test_coverage_counts_at_checkpoints_equal_a_running_one_hot(monkeypatch) -> 
     monkeypatch.setattr(chunk, "_COUNT_ELEMENTS", 200)  # two orders at a time, the last alone
     assert np.array_equal(chunk._counts_at(lab, order, cks, 4), want)
     assert np.array_equal(chunk._counts_at(lab, order, [90], 5)[:, 0, :4], np.tile(np.bincount(lab), (37, 1)))
+
+
+@pytest.mark.parametrize("checkpoints", ["0.0000001:1:0.0000001", "0.5:1:1e-300", "0.1,0.2:1:0.001",
+                                         [i / 1000 for i in range(1, 1001)]])
+def test_a_schedule_s_checkpoints_are_counted_before_a_range_is_made(checkpoints) -> None:
+    """A range is refused from its arithmetic (``0.5:1:1e-300`` would be 5e299 floats), at the
+    top level and in a policy of its own, and so is a list of more than the limit."""
+    from service.engine.spec import MAX_SCHEDULE_CHECKPOINTS, SpecError, make_spec
+
+    for options in ({"policies": ["bootstrap"], "checkpoints": checkpoints},
+                    {"policies": [{"name": "mine", "order": "uniform", "rule": "bootstrap",
+                                   "checkpoints": checkpoints}]}):
+        with pytest.raises(SpecError) as exc:  # (before: 48 s and 830 MB, or all the memory)
+            make_spec(**options)
+        assert exc.value.field in ("checkpoints", "policies")  # the policy's own field, in its own form
+        assert exc.value.message.endswith(f"checkpoints; the limit is {MAX_SCHEDULE_CHECKPOINTS}")
+    assert len(make_spec(policies=["bootstrap"], checkpoints="0.005:1:0.005").policies[0].checkpoints) == 200
