@@ -16,7 +16,7 @@ from threading import Lock
 
 import numpy as np
 
-from service.engine.rules import ACCEPT, DEFER, REJECT, TOL
+from service.engine.rules import ACCEPT, DEFER, REJECT, TOL, log_inv
 
 _LOG_STEPS = np.zeros(0)
 _LOG_LOCK = Lock()
@@ -42,7 +42,7 @@ def anytime_path(
     ``[kmax]`` coverage met at step t. ``stop = kmax + 1`` when no step concludes."""
     if kmax <= 0:
         return DEFER, kmax + 1
-    log_inv_a = math.log(1.0 / a)
+    log_inv_a = log_inv(a)
     theta = float(theta)
     theta_x = (theta + 1.0) / 2.0
     scale = lattice or 1

@@ -35,13 +35,12 @@ whose two ends are found by root-finding (``confidence_sequence``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.rules import ACCEPT, DEFER, REJECT, TOL, above
+from service.engine.rules import ACCEPT, DEFER, REJECT, TOL, above, log_inv
 
 RHO = 0.75
 """Largest share of the worst-case loss a bet may risk (``λ⁺ <= ρ/c``, ``λ⁻ <= ρ/(1 − c)``)."""
@@ -188,7 +187,7 @@ def betting_paths(
             raise ValueError(f"cov_ok has {len(cov)} rows for {cases} paths")
         _walk(v[:, :kmax], np.arange(kmax)[None, :], lattice, n, thetas, a, cov, dec, stop)
     elif kmax > 0 and cases:
-        log_inv_a = math.log(1.0 / a)
+        log_inv_a = log_inv(a)
         cov_all = None if cov_ok is None else np.asarray(cov_ok, dtype=bool)
         step = max(1, _BLOCK // SEGMENT)
         for lo_c in range(0, cases, step):
@@ -228,7 +227,7 @@ def _walk(src: np.ndarray, order: np.ndarray, lattice: int | None, n: int, theta
     from service.engine.betting_kernel import first_conclusions  # numba: on first use
 
     first_conclusions(np.ascontiguousarray(src, dtype=np.float64), np.ascontiguousarray(order, dtype=np.int64),
-                      float(lattice or 1), int(lattice or 0), n, thetas, math.log(1.0 / a), order.shape[1],
+                      float(lattice or 1), int(lattice or 0), n, thetas, log_inv(a), order.shape[1],
                       np.ascontiguousarray(cov, dtype=bool), dec, stop)
 
 
@@ -326,7 +325,7 @@ def betting_path(v: np.ndarray, lattice: int | None, n: int, theta: float, a: fl
     vv = np.asarray(v, dtype=np.float64)[None, :]
     x = (vv / (lattice or 1) + 1.0) / 2.0
     theta_x = (theta + 1.0) / 2.0
-    log_inv_a = math.log(1.0 / a)
+    log_inv_a = log_inv(a)
     s, c, g = _steps(x, n, theta_x)
     acc, rej, up, dn = (r[0] for r in _verdicts(x, np.cumsum(vv, axis=1), s, c, g, n, theta, lattice, log_inv_a))
 
@@ -378,7 +377,7 @@ def betting_statistic(d: np.ndarray, n: int, theta: float, a: float, t: int) -> 
     return {
         "log_wealth_up": float(up[0, -1]) if t else 0.0,
         "log_wealth_down": float(dn[0, -1]) if t else 0.0,
-        "log_wealth_threshold": math.log(1.0 / a),
+        "log_wealth_threshold": log_inv(a),
     }
 
 
@@ -411,4 +410,4 @@ def confidence_sequence(x: np.ndarray, n: int, a: float) -> tuple[float, float]:
         return lo_any, hi_any
     from service.engine.betting_kernel import confidence_sequence as compiled  # numba: on first use
 
-    return compiled(x, n, s_t, math.log(1.0 / a), False)
+    return compiled(x, n, s_t, log_inv(a), False)

@@ -170,7 +170,7 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
         v = np.round(d * lat).astype(np.int64) if lat else d  # off a lattice the kernel takes d itself
         dec, stop = anytime_path(v, lat, n, spec.theta, spec.a, k, cov_path)  # = R.anytime_paths, one path
         stopped = stop if stop <= k else None
-        return dec, {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a))}
+        return dec, {"stopped_at": stopped, "log_wealth_threshold": _clean(R.log_inv(spec.a))}
     rng = None
     if spec.bootstrap != "exact":
         h = hashlib.sha256(rng_key + np.ascontiguousarray(d).tobytes()).digest()
@@ -205,7 +205,7 @@ def _anytime_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     else:  # v/L may differ from d in the last bit: the statistic is on d, as it always was
         wealth = betting_statistic(d, n, spec.theta, spec.a, t)
         up, down = wealth["log_wealth_up"], wealth["log_wealth_down"]
-    stat: dict[str, object] = {"stopped_at": stopped, "log_wealth_threshold": _clean(math.log(1.0 / spec.a)),
+    stat: dict[str, object] = {"stopped_at": stopped, "log_wealth_threshold": _clean(R.log_inv(spec.a)),
                                "log_wealth_up": _clean(up), "log_wealth_down": _clean(down)}
     return path.decision, stat, path.free_decision
 

@@ -30,7 +30,6 @@ spread evenly over every prefix rather than left to chance. ``next`` continues t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -202,17 +201,17 @@ def holm_levels(best: np.ndarray, a: float, holm: bool) -> tuple[np.ndarray, flo
     """Holm's step-down (or Bonferroni) on comparisons whose strongest evidence is ``best[j]``
     (the largest ``ln(1/level)`` at which ``j`` concludes; ``-inf``: never): with ``r``
     concluded the open ones are tested at ``a / (S - r)``, until a round concludes nothing.
-    Returns the level each comparison concluded at (0: open) and the open ones' level.
+    Returns the level each comparison concluded at (NaN: open) and the open ones' level.
 
     A comparison that concludes at a level concludes at every larger one, so the rounds are
     a walk down the comparisons sorted by ``best``: ``O(S log S)``, not ``S`` rounds of tests."""
     s_count = len(best)
-    concluded_at = np.zeros(s_count)
+    concluded_at = np.full(s_count, np.nan)
     order = np.argsort(-best, kind="stable")
     done = 0
     level = a / s_count
     while True:
-        bound = math.log(1.0 / level)  # as the rule compares: ln K >= ln(1/a)
+        bound = R.log_inv(level)  # as the rule compares: ln K >= ln(1/a)
         start = done
         while done < s_count and best[order[done]] >= bound:
             concluded_at[order[done]] = level
@@ -238,12 +237,12 @@ def _decide(entry: Entry, board: Board, cov: np.ndarray | None, spec: LiveSpec,
         concluded_at, open_level = holm_levels(best, spec.a, correction == "holm")
         dec = np.zeros(s_count, dtype=np.int64)
         stop = np.zeros(s_count, dtype=np.int64)
-        for j in np.flatnonzero(concluded_at).tolist():
+        for j in np.flatnonzero(~np.isnan(concluded_at)).tolist():
             accepts, strength = paths[j]
-            t = int(np.argmax(strength >= math.log(1.0 / concluded_at[j])))
+            t = int(np.argmax(strength >= R.log_inv(concluded_at[j])))
             dec[j] = R.ACCEPT if accepts[t] else R.REJECT
             stop[j] = t + 1
-        return dec, stop, np.where(concluded_at > 0, concluded_at, open_level)
+        return dec, stop, np.where(np.isnan(concluded_at), open_level, concluded_at)
     levels = np.full(s_count, spec.a / s_count)
     dec, stop = _verdicts(entry, board, cov, spec, levels, np.ones(s_count, dtype=bool))
     for _ in range(EB_STEP_DOWN_ROUNDS if correction == "holm" else 0):

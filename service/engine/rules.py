@@ -117,10 +117,16 @@ def mcnemar(n_plus, n_minus, a):
     return dec[inv].reshape(code.shape)
 
 
+def log_inv(a: float) -> float:
+    """``ln(1/a)``, the evidence a rule needs at level ``a``; ``inf`` at ``a = 0`` (a spending
+    function spends nothing at its first looks: nothing may conclude there)."""
+    return math.log(1.0 / a) if a > 0 else math.inf
+
+
 def serfling_radius(k, n, a):
     """``ε = 2·sqrt((1 - (k-1)/N)·ln(1/a)/(2k))`` for values of range 2."""
     k = np.asarray(k, dtype=np.float64)
-    return 2.0 * np.sqrt(np.maximum(1.0 - (k - 1.0) / n, 0.0) * math.log(1.0 / a) / (2.0 * k))
+    return 2.0 * np.sqrt(np.maximum(1.0 - (k - 1.0) / n, 0.0) * log_inv(a) / (2.0 * k))
 
 
 def serfling(s, k, n, theta, a, lattice):
@@ -281,7 +287,7 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
     thetas = np.atleast_1d(np.asarray(theta, dtype=np.float64))
     n_th = len(thetas)
     cases = v.shape[0]
-    log_inv_a = math.log(1.0 / a)
+    log_inv_a = log_inv(a)
     theta_x = (thetas[:, None] + 1.0) / 2.0
     scale = lattice or 1  # without a lattice ``v`` holds the differences themselves
     cov = None if cov_ok is None else np.broadcast_to(cov_ok[:, :kmax], (cases, kmax))

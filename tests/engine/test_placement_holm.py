@@ -173,3 +173,19 @@ def test_anytime_eb_stops_stepping_down_after_its_rounds(monkeypatch):
     concluded = got[0] != R.DEFER
     assert concluded.sum() == cap + 1  # one per round
     np.testing.assert_array_equal(got[0][concluded], full_dec[concluded])
+
+
+@pytest.mark.parametrize("rule", ["anytime", "anytime_eb"])
+def test_a_level_that_rounds_to_zero_concludes_only_what_is_certain(rule):
+    """``a / S`` underflows to 0 at ``a = 5e-324`` (the API's ``a > 0`` allows it): no comparison
+    concludes on evidence, one that no completion can change still does (ln(1/0) was a 500)."""
+    universe = make_universe([f"t{i}" for i in range(40)])
+    y_entry = np.ones(40)
+    board = P.Board(("zero", "half"), np.array([np.zeros(40), np.r_[np.ones(20), np.zeros(20)]]))
+    spec = make_live_spec(rule=rule, a=0.5, floor="proportional", coverage_aware=False)
+    spec = LiveSpec(rule, 0.0, 5e-324, spec.floor, coverage_aware=False)
+    for k, certain in ((10, 0), (25, 1), (35, 2)):  # no completion can undo 25 wins of 40, nor 15 of 40
+        entry = _prefix_entry(universe, y_entry, np.arange(k))
+        for correction in P.CORRECTIONS:
+            dec, _, levels = P._decide(entry, board, None, spec, correction)
+            assert (dec != R.DEFER).sum() == certain and (levels <= 5e-324).all()

@@ -272,3 +272,18 @@ def test_tie_population_sessions_follow_the_engine_schedule(client: TestClient) 
             schedule.levels(ks, 0.05, spending)[ks.index(min(int(stop[0]), n))], rel=1e-12)
         concluded += st["status"] == "concluded"
     assert concluded >= 4
+
+
+@pytest.mark.parametrize("rule", ["serfling", "paired_normal", "bootstrap", "mcnemar"])
+def test_a_checkpoint_that_spends_nothing_defers(client: TestClient, rule: str) -> None:
+    """O'Brien-Fleming spends 0 of ``a`` at an early enough look (here k = 1 of 80 at a = 1e-10):
+    the rule defers there, and the session goes on to its next checkpoint (serfling answered
+    500 at every observation: ln(1/0))."""
+    s = _create(client, rule=rule, a=1e-10, budgets=[0.0125, 1.0])
+    assert s["checkpoints"][0]["k"] == 1 and s["checkpoints"][0]["level"] == 0.0
+    st = _post(client, s["id"], _pair(s["order"][0], 1, 0))
+    assert [(h["event"], h["k"], h["decision"]) for h in st["history"]] == [("checkpoint", 1, "defer")]
+    assert st["status"] == "running"
+    for t in s["order"][1:]:
+        st = _post(client, s["id"], _pair(t, 1, 0))
+    assert st["status"] == "concluded" and st["current"]["decision"] == "accept"
