@@ -178,6 +178,18 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.0f}"
 
 
+def check_placement_board(n_systems: int, settings: Settings) -> None:
+    """A placement's every read runs the rule against each board system (Python work per
+    system, which ``decision_work``'s cells do not count): the board's systems are held to the
+    leaderboard's limit. A board of 500,000 systems x 2 tasks took 185 s to create."""
+    if n_systems > settings.max_leaderboard_systems:
+        raise refuse(
+            "dataset_id",
+            f"the board has {n_systems:,} systems; a placement compares the entry with each of them after "
+            f"every task, and the limit is {settings.max_leaderboard_systems:,} systems",
+        )
+
+
 def check_leaderboard(n_systems: int, settings: Settings, field: str = "dataset_id") -> None:
     """A leaderboard tests every pair of systems (and then looks for letters among them): its
     work and memory grow with S(S-1)/2 pairs, so the systems are counted first."""

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service import limits
 from service.config import Settings
+from service.datasets import repository as datasets_repo
 from service.datasets import service as datasets
 from service.decisions import service as decisions
 from service.engine.coverage import FLOORS
@@ -58,6 +59,10 @@ def create(session: Session, body: PlacementCreate, settings: Settings | None = 
         if body.floor not in FLOORS:
             raise LiveError("floor", f"unknown floor '{body.floor}'; floors: {', '.join(FLOORS)}")
         check_width(body.width)
+        if settings is not None:  # every read runs the rule per board system: counted before the board is built
+            dataset = datasets_repo.get(session, body.dataset_id)
+            if dataset is not None:
+                limits.check_placement_board(dataset.n_systems, settings)
         try:
             universe, board = _board(session, body.dataset_id, body.group, settings)
         except NotFound:

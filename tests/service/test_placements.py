@@ -171,3 +171,24 @@ def test_a_board_too_large_for_one_answer_is_refused_before_anything_is_stored(b
         r = c.post("/v1/placements", json={"dataset_id": ds["id"], "system": "newcomer", "group": "group"})
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "dataset_id"
         assert "limit" in r.json()["detail"][0]["message"]
+
+
+def test_a_board_of_more_systems_than_the_limit_is_refused_before_it_is_built(backend, monkeypatch) -> None:
+    """Each read runs the rule per board system, which the work's cells do not count: a board
+    of 500,000 systems x 2 tasks took 185 s to create. The systems are counted from the stored
+    dataset before its records are loaded."""
+    from service.datasets import service as datasets
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    with TestClient(create_app(make_settings(**backend, max_leaderboard_systems=5))) as c:
+        big = upload(c, synth_csv(seed=9, n_systems=6, n_tasks=60))
+        small = upload(c, synth_csv(seed=10, n_systems=5, n_tasks=60))
+        datasets._CACHE.clear()
+        loads = []
+        real = datasets.load_records
+        monkeypatch.setattr(datasets, "load_records", lambda *a, **k: loads.append(1) or real(*a, **k))
+        r = c.post("/v1/placements", json={"dataset_id": big["id"], "system": "newcomer"})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "dataset_id"
+        assert "6 systems" in r.json()["detail"][0]["message"] and not loads
+        assert c.post("/v1/placements", json={"dataset_id": small["id"], "system": "newcomer"}).status_code == 201
