@@ -26,7 +26,7 @@ from service.reports import view
 Format = Literal["svg", "png"]
 FORMATS: tuple[Format, ...] = ("svg", "png")
 MEDIA_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
-RENDERER_VERSION = "2"
+RENDERER_VERSION = "3"
 """Part of every figure ETag: bump when the drawing changes so caches refetch."""
 
 
@@ -89,6 +89,43 @@ _BAND = "#2ca02c"
 _LOCK = threading.Lock()
 
 
+MAX_PANELS = 9
+"""δ panels a figure draws (a 3 x 3 grid). matplotlib's layout grows faster than the panels and
+holds the GIL: 30 panels took 5.6 s, 1,000 took 342 s and 1.4 GB. Without ``?delta=`` a figure
+shows the first ones and says so; asking for more is refused."""
+MAX_SERIES = 40
+"""Lines (configurations) per panel: past this a legend is unreadable and the drawing slow."""
+
+
+class FigureTooLarge(ValueError):
+    """What was asked would draw more than ``MAX_PANELS`` panels or ``MAX_SERIES`` lines."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _panels(report: dict[str, Any], only: list[float] | None) -> tuple[list[float], int]:
+    """The δ panels to draw (at most ``MAX_PANELS``) and how many the selection holds."""
+    chosen = [d for d in view.deltas(report) if only is None or any(math.isclose(d, o) for o in only)]
+    if not chosen:
+        chosen = view.deltas(report)
+    return chosen[:MAX_PANELS], len(chosen)
+
+
+def check_size(report: dict[str, Any], deltas: list[float] | None) -> None:
+    """Refuse before drawing: more δ panels asked for by ``delta`` than ``MAX_PANELS``, or more
+    lines per panel than ``MAX_SERIES`` (``FigureTooLarge`` names the field)."""
+    _, asked = _panels(report, deltas)
+    if deltas is not None and asked > MAX_PANELS:
+        raise FigureTooLarge("delta", f"{asked} δ panels asked for; a figure draws at most {MAX_PANELS}")
+    dims = view.varying_dimensions(report)
+    series = len({view.series_label(c, dims) for c in report["configurations"]})
+    if series > MAX_SERIES:
+        raise FigureTooLarge("name", f"the replay has {series} configurations per δ; a figure draws at most "
+                                     f"{MAX_SERIES} lines (the report and /metrics hold every one)")
+
+
 def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
@@ -97,6 +134,7 @@ def render(report: dict[str, Any], name: str, fmt: Format, deltas: list[float] |
     """Draw figure ``name`` of ``report`` as SVG or PNG bytes (``deltas`` limits the panels)."""
     if name not in FIGURES:
         raise KeyError(name)
+    check_size(report, deltas)
     import matplotlib
 
     with _LOCK, matplotlib.rc_context(_RC):
@@ -128,9 +166,7 @@ def _draw(report: dict[str, Any], spec: FigureSpec, only: list[float] | None) ->
             labels.append(lab)
     style = {lab: (_PALETTE[i % len(_PALETTE)], _DASHES[(i // len(_PALETTE)) % len(_DASHES)])
              for i, lab in enumerate(labels)}
-    panel_deltas = [d for d in view.deltas(report) if only is None or any(math.isclose(d, o) for o in only)]
-    if not panel_deltas:
-        panel_deltas = view.deltas(report)
+    panel_deltas, selected = _panels(report, only)
     ncols = min(len(panel_deltas), 3)
     nrows = math.ceil(len(panel_deltas) / ncols)
     legend_rows = math.ceil((len(labels) + 2) / 3)
@@ -186,7 +222,9 @@ def _draw(report: dict[str, Any], spec: FigureSpec, only: list[float] | None) ->
     handles.append(Line2D([], [], marker="o", color="#777777", markeredgecolor="black", linestyle="none"))
     names.append("minimum sufficient budget")
     fig.legend(handles, names, loc="outside lower center", ncols=min(3, len(names)), fontsize=8.5)
-    fig.suptitle(spec.title, fontsize=11)
+    more = f" (δ panels 1-{len(panel_deltas)} of {selected}: choose others with ?delta=)" if selected > len(
+        panel_deltas) else ""
+    fig.suptitle(spec.title + more, fontsize=11)
     return fig
 
 

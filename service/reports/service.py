@@ -67,6 +67,9 @@ def figure_bytes(
         if name in class_figures.NAMES:
             body = class_figures.render(report, name, fmt, config)
         else:
-            body = figures.render(report, name, fmt, deltas)
+            try:
+                body = figures.render(report, name, fmt, deltas)
+            except figures.FigureTooLarge as exc:
+                raise Unprocessable([{"field": exc.field, "message": str(exc)}]) from None
         _FIGURES.put(etag, body)
     return body, etag

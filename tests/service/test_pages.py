@@ -169,6 +169,31 @@ def test_figures_are_valid_deterministic_and_cacheable(client: TestClient) -> No
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
 
 
+def test_figures_draw_a_bounded_number_of_panels_and_lines(client: TestClient) -> None:
+    """One panel per δ and one line per configuration: a replay of 2 systems x 20 tasks with
+    1,000 δ made one figure take 342 s and 1.4 GB. Without ``?delta=`` a figure draws the first
+    ``MAX_PANELS`` and says so in its title; asking for more, or a replay with more lines per
+    panel than ``MAX_SERIES``, is a 422 naming the field, before anything is drawn."""
+    deltas = list(range(figures.MAX_PANELS + 3))
+    rid, _ = run_replay(client, synth_csv(seed=22, n_systems=2, n_tasks=20), policies=["uniform_forced"],
+                        deltas=deltas, orders=2, budgets=[0.5, 1.0])
+    svg = client.get(f"/v1/replays/{rid}/figures/unresolved.svg")
+    assert svg.status_code == 200
+    assert svg.content.count(b"<g id=\"axes_") == figures.MAX_PANELS
+    report = client.get(f"/v1/replays/{rid}/report").json()
+    assert figures.render(report, "unresolved", "svg") == svg.content
+    some = client.get(f"/v1/replays/{rid}/figures/errors.png", params={"delta": deltas[:figures.MAX_PANELS]})
+    assert some.status_code == 200
+    many = client.get(f"/v1/replays/{rid}/figures/errors.png", params={"delta": deltas[:figures.MAX_PANELS + 1]})
+    assert many.status_code == 422 and many.json()["detail"][0]["field"] == "delta"
+    wide = [{"name": f"p{i}", "order": "uniform", "rule": "forced"} for i in range(figures.MAX_SERIES + 1)]
+    rid, _ = run_replay(client, synth_csv(seed=23, n_systems=2, n_tasks=20), policies=wide, deltas=[0],
+                        orders=2, budgets=[0.5, 1.0])
+    r = client.get(f"/v1/replays/{rid}/figures/coverage.svg")
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "name"
+    assert f"{figures.MAX_SERIES + 1} configurations" in r.json()["detail"][0]["message"]
+
+
 def test_user_supplied_names_are_escaped(client: TestClient) -> None:
     content = dataset_slice("swebench_lite", 4, rename={})
     systems = sorted({line.split(",")[0] for line in content.decode().splitlines()[1:]})
