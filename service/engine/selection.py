@@ -84,7 +84,7 @@ def parse_selection(text: object) -> tuple[Term, ...]:
             terms.append(Term("involving", (names,)))  # split against the dataset's names later
         elif s.startswith("top:"):
             v = s.removeprefix("top:").strip()
-            if not v.isdigit() or not 1 <= int(v) <= 1_000_000:
+            if not v.isdigit() or len(v) > 7 or not 1 <= int(v) <= 1_000_000:  # (int() of 4,300+ digits raises)
                 raise SelectionError("pairs", f"top:K needs an integer K >= 1, got '{v}'")
             terms.append(Term("top", top=int(v)))
         elif s.startswith("min_gap:"):

@@ -160,6 +160,7 @@ def get_leaderboard(
 def get_pair(
     dataset_id: uuid.UUID,
     session: SessionDep,
+    settings: SettingsDep,
     a: Annotated[str, Query(description="System A")],
     b: Annotated[str, Query(description="System B")],
     level: Annotated[float, Query(gt=0.0, lt=1.0)] = 0.95,
@@ -167,6 +168,8 @@ def get_pair(
     boot: Annotated[int, Query(ge=100, le=20000)] = 2000,
     seed: Annotated[int, Query(ge=0)] = 0,
 ):
+    dataset = datasets.get(session, dataset_id)  # (404 before the records are read)
+    limits.check_pair_bootstrap(boot, dataset.n_tasks, settings)
     records = datasets.load_records(session, dataset_id)
     try:
         result = E.pair_stats(records, a, b, level, cluster, np.random.default_rng(seed), boot)

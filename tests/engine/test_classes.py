@@ -237,7 +237,9 @@ def test_selection_names_with_plus_and_comma():
 
 
 @pytest.mark.parametrize(
-    "sel", ["", "nonsense", "top:0", "top:x", "min_gap:-1", "min_gap:abc", "involving:", "+".join(["adjacent"] * 17)]
+    "sel",
+    ["", "nonsense", "top:0", "top:x", "top:" + "9" * 5000, "min_gap:-1", "min_gap:abc", "involving:",
+     "+".join(["adjacent"] * 17)],  # 5,000 digits: int() raised past 4,300 (a 500)
 )
 def test_bad_selections_name_the_pairs_field(sel):
     with pytest.raises(SpecError) as exc:

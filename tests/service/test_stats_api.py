@@ -130,6 +130,24 @@ def test_pair_endpoint_is_seeded(client: TestClient) -> None:
     assert _fields(client.get(f"/v1/datasets/{ds['id']}/pairs", params={**params, "b": "ghost"})) == ["b"]
 
 
+def test_a_pair_s_bootstrap_is_held_to_the_decision_work_limit(backend) -> None:
+    """``boot x tasks`` draws are counted before the records are read: 2 x 500,000 tasks at
+    boot = 20,000 took 88.6 s of CPU."""
+    from service.main import create_app
+    from tests.service.conftest import make_settings
+
+    with TestClient(create_app(make_settings(**backend, max_decision_work=60 * 1_000))) as c:
+        content = synth_csv(seed=8, n_systems=3, n_tasks=60)
+        ds = upload(c, content)
+        systems = parse_records(content).systems
+        url = f"/v1/datasets/{ds['id']}/pairs"
+        r = c.get(url, params={"a": systems[0], "b": systems[1], "boot": 1_001})
+        assert r.status_code == 422 and _fields(r) == ["boot"] and "use boot <= 1,000" in r.text
+        assert c.get(url, params={"a": systems[0], "b": systems[1], "boot": 1_000}).status_code == 200
+        gone = c.get("/v1/datasets/00000000-0000-0000-0000-000000000000/pairs", params={"a": "x", "b": "y"})
+        assert gone.status_code == 404
+
+
 def test_swebench_lite_leaderboard_over_http(client: TestClient) -> None:
     content = shared_dataset("swebench_lite").read_bytes()
     ds = upload(client, content, "swebench_lite.csv")
