@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
@@ -125,8 +126,8 @@ async def upload_context(request: Request) -> AsyncIterator[Upload]:
     spool = await _spool_body(request, limit)
     try:
         async with _parsing_slot(request):
-            if ctype == "application/json":
-                yield _json_rows(spool.read())
+            if ctype == "application/json":  # decoding, validating and re-encoding rows: not on the event loop
+                yield await run_in_threadpool(_json_rows, spool.read())
             else:
                 yield await _multipart(request, spool)
     finally:
