@@ -148,13 +148,13 @@ class Plan:
             if p.rule in ANYTIME_RULES and p.order == "neyman":
                 raise SpecError("policies", f"policy '{p.name}': anytime needs a single task order, not neyman")
 
-    def with_orders(self, orders: int) -> Plan:
-        """This plan with ``orders`` sampled orders per pair. Nothing built here depends on the
-        number of orders (pairs, task sets, configurations, applicability), so it is shared,
-        and only the orders drawn later are new: the submission estimate's sample plan
+    def with_orders(self, orders: int, seeds: int | None = None) -> Plan:
+        """This plan with ``orders`` sampled orders per pair (and ``seeds`` seeds). Nothing built
+        here depends on either (pairs, task sets, configurations, applicability), so it is
+        shared, and only the orders drawn later are new: the submission estimate's sample plan
         without a second ``plan_replay`` (about 60 ms on a 134 x 500 board)."""
         out = copy.copy(self)
-        out.spec = dataclasses.replace(self.spec, orders=orders)
+        out.spec = dataclasses.replace(self.spec, orders=orders, seeds=self.spec.seeds if seeds is None else seeds)
         out._order_cache = {}
         return out
 

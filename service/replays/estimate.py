@@ -10,7 +10,9 @@ fixed rate predicts it. Two measurements, best first:
    replay's cases x tasks. Free, and it includes what the deployment really does (queueing,
    number of workers).
 2. **Sample** (no history yet): the replay's first chunk run with about 50 orders per pair
-   instead of its R, twice, timed and scaled by R / 50 and by the number of chunks
+   instead of its R and one seed (at most ``SAMPLE_CASES`` cases: fewer orders and pairs
+   where a pair has many configurations and budgets), twice, timed and scaled by R / 50, the
+   seeds and the number of chunks
    (``from_sample``), for one worker. It costs at most 2 x 50 / R of a chunk (20 % at 500
    orders; the second run finds the first one's tails, and costs far less), paid only by the
    first replay of its kind; it errs high rather than low (at most 6 % low where measured:
@@ -43,6 +45,11 @@ the fewer the sample's, the higher the estimate: on five replays of 500 orders (
 against their CPU time on one worker), 20 orders said 1.05-7.2x for a sample of 0.04-0.21 s
 of CPU; 50 orders 0.94-1.8x, and 3.3-3.8x on the 134 x 500 board (5-7x at 20), for 0.08-0.21 s;
 100 orders about 3x on the board, for up to 0.34 s."""
+SAMPLE_CASES = 500_000
+"""Most cases one run of the sample replays (pairs x orders x configurations x budgets, one
+seed): fewer orders and pairs where a pair has many configurations and budgets. Before, only
+the orders were cut: 20 systems x 200 tasks at 50 orders and 1,000 seeds sampled 28.5 M cases
+twice, and the POST took 47.6 s. The 134 x 500 board's sample (190 cases a pair) is unchanged."""
 ONE_TIME_GROWTH = 4.0
 """How much more of what a process computes once (0/1 tails met for the first time) a whole
 replay needs than its timing sample: the 134 x 500 board met 161,000 distinct tails in all,
@@ -104,8 +111,10 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     from service.engine.replay import run_chunk
 
     k = max(1, plan.spec.orders // SAMPLE_ORDERS)
-    small = plan if k == 1 else plan.with_orders(plan.spec.orders // k)
-    m = min(plan.n_pairs, chunk_pairs)
+    per_order = len(plan.configs) * len(plan.spec.budgets)  # a pair's cases per order and seed
+    orders = max(1, min(plan.spec.orders // k, SAMPLE_CASES // max(per_order, 1)))
+    small = plan.with_orders(orders, seeds=1)
+    m = max(1, min(plan.n_pairs, chunk_pairs, SAMPLE_CASES // (per_order * orders)))
     with blas_single_thread():  # all of the sample's work on this thread, whose CPU time is read
         run_chunk(small, 0, 1)
         start = time.thread_time()
@@ -114,7 +123,7 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
         start = time.thread_time()
         run_chunk(small, 0, m)  # the same pairs again: what a process computes once is kept
         again = time.thread_time() - start
-    scale = plan.spec.orders / small.spec.orders
+    scale = plan.spec.orders / small.spec.orders * plan.spec.seeds
     return again * scale * plan.n_pairs / m + max(first - again, 0.0) * min(scale, ONE_TIME_GROWTH)
 
 

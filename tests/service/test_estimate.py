@@ -88,3 +88,33 @@ def test_the_sample_is_taken_once_the_replay_is_stored_and_a_failed_one_fails_no
     r = client.post("/v1/replays", json={"dataset_id": ds["id"], **{**BIG, "seed": 2}})
     assert r.status_code == 202 and r.json()["estimated_seconds"] is None
     assert wait_for(client, r.json()["id"])["status"] == "succeeded"
+
+
+def test_the_sample_takes_one_seed_and_at_most_sample_cases(monkeypatch):
+    """Only the orders were cut: 50 orders x 1,000 seeds sampled the whole first chunk 1,000
+    times over (a 47.6 s POST). The sample runs one seed and scales by the seeds; where a pair
+    has many configurations and budgets it takes fewer orders and pairs."""
+    records = load_records(str(examples.path()))
+    runs: list[tuple[int, int, int, int]] = []
+    clock = [0.0]
+
+    def fake_run_chunk(small, start, stop, progress=None):
+        runs.append((small.spec.orders, small.spec.seeds, start, stop))
+        clock[0] += 1.0
+
+    monkeypatch.setattr(engine_replay, "run_chunk", fake_run_chunk)
+    monkeypatch.setattr(estimate.time, "thread_time", lambda: clock[0])
+    seeded = plan_replay(records, make_spec(policies=["coverage_bootstrap"], orders=50, seeds=1000))
+    m = min(seeded.n_pairs, 5)
+    got = estimate.from_sample(seeded, m)
+    assert runs == [(50, 1, 0, 1), (50, 1, 0, m), (50, 1, 0, m)]
+    assert got == pytest.approx(1.0 * 1000 * seeded.n_pairs / m)  # the second run's rate, times the seeds
+    runs.clear()
+    wide = plan_replay(records, make_spec(policies=["coverage_bootstrap", "bootstrap", "uniform_forced"],
+                                          deltas=[0, 1, 2, 3, 5], a=[0.01, 0.05, 0.1], bootstrap=[100, 200],
+                                          budgets=[i / 200 for i in range(1, 201)], orders=500))
+    per_order = len(wide.configs) * len(wide.spec.budgets)
+    estimate.from_sample(wide, 200)
+    orders, seeds, _, stop = runs[1]
+    assert orders * per_order * stop <= estimate.SAMPLE_CASES < estimate.SAMPLE_ORDERS * per_order * min(
+        wide.n_pairs, 200)
