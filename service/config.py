@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # anything is allocated (service.limits); a request over one answers 413/422 naming it.
     max_upload_rows: int = Field(default=2_000_000, ge=1)
     max_systems_x_tasks: int = Field(default=1_000_000, ge=1)
+    max_upload_systems: int = Field(
+        default=10_000, ge=2, description="Systems of a dataset: its stored summary lists each (about 150 bytes)."
+    )
     max_upload_columns: int = Field(default=200, ge=3, description="Columns of an uploaded CSV (or keys of a row).")
     max_concurrent_uploads: int = Field(
         default=2, ge=1, description="Uploads parsed at once per process (each peaks at ~17x its bytes); others wait."

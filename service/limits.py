@@ -38,6 +38,7 @@ def record_limits(settings: Settings) -> RecordLimits:
     return RecordLimits(
         max_rows=settings.max_upload_rows,
         max_cells=settings.max_systems_x_tasks,
+        max_systems=settings.max_upload_systems,
         max_columns=settings.max_upload_columns,
     )
 

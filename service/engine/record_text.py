@@ -53,11 +53,13 @@ class RecordError:
 @dataclass(frozen=True)
 class RecordLimits:
     """Sizes an input may reach, checked while it is read (before any dense matrix):
-    records, distinct systems x tasks, and columns (CSV header, or keys of one JSON row)."""
+    records, distinct systems x tasks, distinct systems, and columns (CSV header, or keys of one
+    JSON row)."""
 
     max_rows: int | None = None
     max_cells: int | None = None
     max_columns: int | None = None
+    max_systems: int | None = None
 
 
 class RecordsTooLarge(ValueError):

@@ -400,6 +400,8 @@ def _aggregate(systems: list[str], tasks: list[str], trials: list[int], outcomes
         raise RecordsError(
             [RecordError(None, "system", f"need at least 2 systems, found {len(sys_names)}")]
         )
+    if limits.max_systems is not None and len(sys_names) > limits.max_systems:
+        raise RecordsTooLarge(f"the dataset has {len(sys_names):,} systems; the limit is {limits.max_systems:,}")
     task_names = sorted(set(tasks))
     cells = len(sys_names) * len(task_names)
     if limits.max_cells is not None and cells > limits.max_cells:  # before the [systems, tasks] matrices

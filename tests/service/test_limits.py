@@ -21,7 +21,7 @@ from tests.service.conftest import SMALL_SPEC, make_settings, synth_csv
 @pytest.fixture
 def tight(backend: dict[str, object]) -> Iterator[TestClient]:
     settings = make_settings(**backend, max_upload_bytes=20_000, max_upload_rows=150, max_systems_x_tasks=120,
-                             max_request_bytes=2_000, max_replay_cases=1_000)
+                             max_upload_systems=5, max_request_bytes=2_000, max_replay_cases=1_000)
     app = create_app(settings)
     with TestClient(app) as c:
         yield c
@@ -42,6 +42,8 @@ def test_upload_limits_store_nothing(tight: TestClient) -> None:
     assert r.status_code == 413 and "160 records" in r.json()["detail"] and "150" in r.json()["detail"]
     r = _upload(c, synth_csv(n_systems=5, n_tasks=25))  # 125 records, 5 x 25 = 125 cells
     assert r.status_code == 413 and "5 systems x 25 tasks = 125" in r.json()["detail"]
+    r = _upload(c, synth_csv(n_systems=6, n_tasks=3))  # 18 cells, but 6 systems (each listed in the summary)
+    assert r.status_code == 413 and "6 systems; the limit is 5" in r.json()["detail"]
     rows = [{"system": s, "task_id": f"t{t}", "outcome": 1} for s in ("a", "b", "c", "d") for t in range(40)]
     r = c.post("/v1/datasets", json={"rows": rows})
     assert r.status_code == 413
