@@ -26,16 +26,18 @@ from scipy import special
 
 from service.engine import rules as R
 from service.engine import tails as T
+from service.engine.anytime import anytime_path
 from service.engine.betting import betting_paths, confidence_sequence
 from service.engine.numbers import clean as _clean
 from service.engine.schedule import scheduled_paths
 
 FORECAST_PATHS = 100
 FORECAST_CELLS = 1 << 20
-"""Path steps a forecast draws (and, but for ``anytime_eb``, walks) at once. Its paths are
-``FORECAST_PATHS × cap``: at a 100,000-task cap the draw and the paths were 80 MB of int64 each
-(227 MiB at the peak; 305 MiB for ``anytime_eb``), so they are drawn a few rows at a time:
-one stream split by rows, the same paths."""
+"""Path steps a forecast draws and walks at once. Its paths are ``FORECAST_PATHS × cap``: at a
+100,000-task cap the draw and the paths were 80 MB of int64 each (227 MiB at the peak; 305 MiB
+for ``anytime_eb``), so they are drawn a few rows at a time: one stream split by rows, the same
+paths. ``anytime_eb`` walks each path by prefix sums (``anytime.anytime_path``): its step loop
+over all paths cost Python per step, 5.6 s at that cap."""
 
 
 def interval(rule: str, d: np.ndarray, n: int, a: float, lattice: int | None) -> dict[str, object] | None:
@@ -140,21 +142,17 @@ def forecast(
         paths[:, k:] = v[rng.integers(0, k, size=(count, k_cap - k))]
         return paths
 
-    blocks = [(lo, min(FORECAST_PATHS, lo + rows)) for lo in range(0, FORECAST_PATHS, rows)]
-    if rule == "anytime_eb":  # its walk steps in Python over all paths at once: one walk, built by blocks
-        paths = np.empty((FORECAST_PATHS, k_cap), dtype=np.int32 if lattice else np.float64)
-        for lo, hi in blocks:
-            paths[lo:hi] = drawn(hi - lo)
-        stop = R.anytime_paths(paths, lattice, n, theta, a, k_cap)[1]
-    else:
-        stop = np.empty(FORECAST_PATHS, dtype=np.int64)
-        for lo, hi in blocks:
-            paths = drawn(hi - lo)
-            if rule == "anytime":
-                stop[lo:hi] = betting_paths(paths, lattice, n, theta, a, k_cap)[1]
-            else:
-                checks = [kj for kj, _ in ahead], [lv for _, lv in ahead]
-                stop[lo:hi] = scheduled_paths(rule, paths, lat, *checks, theta, n)[1]
+    stop = np.empty(FORECAST_PATHS, dtype=np.int64)
+    for lo in range(0, FORECAST_PATHS, rows):
+        hi = min(FORECAST_PATHS, lo + rows)
+        paths = drawn(hi - lo)
+        if rule == "anytime":
+            stop[lo:hi] = betting_paths(paths, lattice, n, theta, a, k_cap)[1]
+        elif rule == "anytime_eb":  # each path by prefix sums (``rules.anytime_paths``' stop, to the step)
+            stop[lo:hi] = [anytime_path(path, lattice, n, theta, a, k_cap)[1] for path in paths]
+        else:
+            checks = [kj for kj, _ in ahead], [lv for _, lv in ahead]
+            stop[lo:hi] = scheduled_paths(rule, paths, lat, *checks, theta, n)[1]
     done = stop <= k_cap
     more = np.minimum(stop, k_cap) - k
     q = np.percentile(more, [10, 50, 90])

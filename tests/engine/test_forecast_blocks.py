@@ -48,3 +48,25 @@ def test_anytime_eb_segments_of_steps_give_one_pass(monkeypatch):
     got = R.anytime_paths(v, 2, 1_000, [0.0, 0.1], 0.05, 480, cov)
     np.testing.assert_array_equal(got[0], whole[0])
     np.testing.assert_array_equal(got[1], whole[1])
+
+
+@pytest.mark.parametrize("lattice", [1, 2, None])
+def test_anytime_eb_forecast_is_the_step_loop_s(lattice):
+    """The forecast walks each ``anytime_eb`` path by prefix sums; the stops are those of
+    ``rules.anytime_paths``' step loop over the same drawn paths, to the step."""
+    rng = np.random.default_rng(2)
+    k, n = 25, 3_000
+    d = (rng.random(k) < 0.6).astype(float) - (rng.random(k) < 0.45).astype(float)
+    if lattice == 2:
+        d = d / 2.0
+    elif lattice is None:
+        d = np.clip(d + rng.normal(0, 0.05, k), -1, 1)
+    got = answers.forecast("anytime_eb", d, n, 0.0, 0.05, lattice, n, np.random.default_rng(9))
+    v = np.round(d * lattice).astype(np.int64) if lattice else d
+    draw = np.random.default_rng(9)
+    paths = np.concatenate([np.tile(v, (answers.FORECAST_PATHS, 1)),
+                            v[draw.integers(0, k, size=(answers.FORECAST_PATHS, n - k))]], axis=1)
+    _, stop = R.anytime_paths(paths, lattice, n, 0.0, 0.05, n)
+    more = np.minimum(stop, n) - k
+    assert got["expected_more_tasks"] == pytest.approx(float(more.mean()), abs=0)
+    assert got["conclude_share"] == float((stop <= n).mean()) and 0 < got["p10"] < got["p90"]
