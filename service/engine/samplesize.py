@@ -36,6 +36,8 @@ def runs_for_bound(max_failure_rate: float, level: float = 0.95, failures: int =
     target = _unit(max_failure_rate, "max_failure_rate", low_open=True, high_open=True)
     level = _level(level)
     f = _count(failures, "failures", 0)
+    if f >= MAX_RUNS:  # the runs needed start past it: say so of the field that put them there
+        raise StatsInputError("failures", f"at most {MAX_RUNS:.3g} failures (the runs needed exceed it)")
 
     def bound(n: int) -> float:
         return binomial_bounds(n - f, n, level).failure_upper

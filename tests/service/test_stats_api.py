@@ -46,6 +46,7 @@ def test_calculators_give_the_spec_values(client: TestClient) -> None:
         ("/v1/stats/bound", {"successes": 6, "n": 5}, "n"),
         ("/v1/stats/bound", {"successes": 1, "n": 5, "level": 1.0}, "level"),
         ("/v1/stats/runs", {"max_failure_rate": 0.05, "failures": -1}, "failures"),
+        ("/v1/stats/runs", {"max_failure_rate": 0.05, "failures": 10**30}, "failures"),
         ("/v1/stats/margin", {"n": 100, "level": 0}, "level"),
         ("/v1/stats/tasks", {"margin": -0.1}, "margin"),
         ("/v1/stats/gap", {"n": 100, "rho": 2}, "rho"),
