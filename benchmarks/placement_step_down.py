@@ -27,32 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from service.engine import placement as P  # noqa: E402
-from service.engine import rules as R  # noqa: E402
 from service.engine.live import _coverage_path, make_live_spec, make_universe  # noqa: E402
 from service.engine.records import from_rows, group_labels  # noqa: E402
 from service.engine.synth import generate  # noqa: E402
-
-
-def round_by_round(board, entry, cov, spec, correction):
-    """The step-down as placement_state ran it before ``holm_levels``."""
-    s_count = len(board.systems)
-    levels = np.full(s_count, spec.a / s_count)
-    dec, stop = P._verdicts(entry, board, cov, spec, levels, np.ones(s_count, dtype=bool))
-    rounds = 1
-    while correction == "holm":
-        open_ = dec == R.DEFER
-        r = s_count - int(open_.sum())
-        if not open_.any() or r == 0:
-            break
-        levels = np.where(open_, spec.a / (s_count - r), levels)
-        d2, s2 = P._verdicts(entry, board, cov, spec, levels, open_)
-        rounds += 1
-        new = open_ & (d2 != R.DEFER)
-        if not new.any():
-            break
-        dec = np.where(new, d2, dec)
-        stop = np.where(new, s2, stop)
-    return dec, stop, levels, rounds
+from tests.engine.placement_reference import round_by_round  # noqa: E402
 
 
 def prefix_entry(n, y, seq):
@@ -70,6 +48,7 @@ def staggered(s_count, n, a, seed=0):
     rng = np.random.default_rng(seed)
     spec = make_live_spec(rule="anytime", a=a, floor="proportional", coverage_aware=False)
     y_entry = (rng.random(n) < 0.6).astype(float)
+    universe = make_universe([f"t{i}" for i in range(n)])
     entry = prefix_entry(n, y_entry, np.arange(n // 3))
     cands = []
     best = []
@@ -90,7 +69,7 @@ def staggered(s_count, n, a, seed=0):
         if fits:
             chosen.append(fits[0])
     board = P.Board(tuple(f"s{j}" for j in range(len(chosen))), np.array(cands)[chosen])
-    return board, entry, spec
+    return universe, board, entry, spec
 
 
 def synthetic(s_count, n, groups, a):
@@ -104,13 +83,15 @@ def synthetic(s_count, n, groups, a):
     spec = make_live_spec(rule="anytime", a=a, floor="proportional", coverage_aware=True)
     order = P.placement_order(universe, board, spec.floor, 0)
     entry = prefix_entry(universe.n, y[held], order[: n // 2])
-    cov = _coverage_path(universe.labels[entry.sequence], universe.n_g, spec.floor, len(entry.sequence))
-    return board, entry, spec, cov
+    return universe, board, entry, spec
 
 
-def measure(name, board, entry, spec, cov):
+def measure(name, universe, board, entry, spec):
+    cov = None
+    if spec.coverage_aware:
+        cov = _coverage_path(universe.labels[entry.sequence], universe.n_g, spec.floor, len(entry.sequence))
     t0 = time.perf_counter()
-    dec, stop, levels, rounds = round_by_round(board, entry, cov, spec, "holm")
+    dec, stop, levels, rounds = round_by_round(universe, board, entry, spec, "holm")
     t_old = time.perf_counter() - t0
     t0 = time.perf_counter()
     got = P._decide(entry, board, cov, spec, "holm")
@@ -127,10 +108,8 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=3000)
     ap.add_argument("--a", type=float, default=0.05)
     args = ap.parse_args()
-    board, entry, spec = staggered(args.systems, args.tasks, args.a)
-    measure("staggered", board, entry, spec, None)
-    board, entry, spec, cov = synthetic(134, 500, 12, args.a)
-    measure("synthetic", board, entry, spec, cov)
+    measure("staggered", *staggered(args.systems, args.tasks, args.a))
+    measure("synthetic", *synthetic(134, 500, 12, args.a))
 
 
 if __name__ == "__main__":

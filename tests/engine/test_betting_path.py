@@ -16,17 +16,23 @@ from service.engine.live import live_from_arrays
 A = 0.05
 
 
+def _random_path(rng: np.random.Generator, trial: int) -> tuple[int, int, int | None, np.ndarray]:
+    """``k`` steps of ``N``, the lattice (None: off any) and the values, leaning upwards."""
+    k = int(rng.integers(1, 250))
+    n = k + int(rng.integers(0, 300))
+    lattice = (None, 1, 2, 3)[trial % 4]
+    if lattice is None:
+        v = np.round(rng.uniform(-1, 1, k) + rng.uniform(0, 0.6), 4).clip(-1, 1)
+    else:
+        v = np.clip(rng.integers(-lattice, lattice + 1, k) + (rng.random(k) < 0.4) * lattice, -lattice, lattice)
+    return k, n, lattice, v
+
+
 def test_one_pass_equals_betting_paths_with_and_without_the_mask() -> None:
     rng = np.random.default_rng(12)
     concluded = masked_later = 0
     for trial in range(200):
-        k = int(rng.integers(1, 250))
-        n = k + int(rng.integers(0, 300))
-        lattice = (None, 1, 2, 3)[trial % 4]
-        if lattice is None:
-            v = np.round(rng.uniform(-1, 1, k) + rng.uniform(0, 0.6), 4).clip(-1, 1)
-        else:
-            v = np.clip(rng.integers(-lattice, lattice + 1, k) + (rng.random(k) < 0.4) * lattice, -lattice, lattice)
+        k, n, lattice, v = _random_path(rng, trial)
         theta = float(rng.choice([0.0, 0.05, -0.1]))
         cov = np.arange(k) >= int(rng.integers(0, k + 1))  # coverage met from some step on
         path = betting.betting_path(v, lattice, n, theta, A, cov)
@@ -150,13 +156,7 @@ def test_strengths_give_every_level_s_first_conclusion() -> None:
     rng = np.random.default_rng(31)
     seen = set()
     for trial in range(150):
-        k = int(rng.integers(1, 250))
-        n = k + int(rng.integers(0, 300))
-        lattice = (None, 1, 2, 3)[trial % 4]
-        if lattice is None:
-            v = np.round(rng.uniform(-1, 1, k) + rng.uniform(0, 0.6), 4).clip(-1, 1)
-        else:
-            v = np.clip(rng.integers(-lattice, lattice + 1, k) + (rng.random(k) < 0.4) * lattice, -lattice, lattice)
+        k, n, lattice, v = _random_path(rng, trial)
         v = v if rng.random() < 0.5 else -v  # both directions
         theta = float(rng.choice([0.0, 0.05, -0.1]))
         cov = None if trial % 3 == 0 else np.arange(k) >= int(rng.integers(0, k + 1))

@@ -13,52 +13,7 @@ from service.engine import rules as R
 from service.engine.live import LiveSpec, _coverage_path, make_live_spec, make_universe, rule_verdict
 from service.engine.records import from_rows, group_labels
 from service.engine.synth import generate
-
-
-def _reference(universe, board, entry, spec, correction, max_rounds=None):
-    """The step-down as it was written before ``holm_levels``: the rule run at each round's
-    level on every open comparison. Returns decisions, stops, levels and the rounds run."""
-    s_count = len(board.systems)
-    seq = entry.sequence
-    cov = None
-    if spec.coverage_aware and len(seq):
-        cov = _coverage_path(universe.labels[seq], universe.n_g, spec.floor, len(seq))
-
-    def verdicts(levels, todo):
-        dec = np.zeros(s_count, dtype=np.int64)
-        stop = np.zeros(s_count, dtype=np.int64)
-        obs = board.observed
-        for j in np.flatnonzero(todo).tolist():
-            keep = obs[j, seq]
-            pos = seq[keep]
-            if not len(pos):
-                continue
-            d = entry.y[pos] - board.y[j, pos]
-            both = np.concatenate([entry.y[pos], board.y[j, pos]])
-            lat = 1 if np.array_equal(both, np.round(both)) else R.find_lattice(both)
-            s = LiveSpec(spec.rule, 0.0, float(levels[j]), spec.floor, coverage_aware=spec.coverage_aware)
-            v, stat = rule_verdict(s, d, int(obs[j].sum()), lat, None if cov is None else cov[keep])
-            dec[j] = v
-            stop[j] = stat.get("stopped_at") or 0
-        return dec, stop
-
-    levels = np.full(s_count, spec.a / s_count)
-    dec, stop = verdicts(levels, np.ones(s_count, dtype=bool))
-    rounds = 1
-    while correction == "holm" and (max_rounds is None or rounds <= max_rounds):
-        open_ = dec == R.DEFER
-        r = s_count - int(open_.sum())
-        if not open_.any() or r == 0:
-            break
-        levels = np.where(open_, spec.a / (s_count - r), levels)
-        d2, s2 = verdicts(levels, open_)
-        rounds += 1
-        new = open_ & (d2 != R.DEFER)
-        if not new.any():
-            break
-        dec = np.where(new, d2, dec)
-        stop = np.where(new, s2, stop)
-    return dec, stop, levels, rounds
+from tests.engine.placement_reference import round_by_round
 
 
 def _prefix_entry(universe, y, seq):
@@ -100,7 +55,7 @@ def _staggered(rule, s_count=20, n=300, k=150, a=0.05, seed=3):
 
 
 def _same(universe, board, entry, spec, correction):
-    dec, stop, levels, rounds = _reference(universe, board, entry, spec, correction)
+    dec, stop, levels, rounds = round_by_round(universe, board, entry, spec, correction)
     cov = None
     if spec.coverage_aware and len(entry.sequence):
         cov = _coverage_path(universe.labels[entry.sequence], universe.n_g, spec.floor, len(entry.sequence))
@@ -158,10 +113,10 @@ def test_anytime_eb_stops_stepping_down_after_its_rounds(monkeypatch):
     (a subset of Holm's conclusions, so the family error stays at ``a``)."""
     universe, board, entry, spec = _staggered("anytime_eb")
     s_count = len(board.systems)
-    full_dec, _, _, full_rounds = _reference(universe, board, entry, spec, "holm")
+    full_dec, _, _, full_rounds = round_by_round(universe, board, entry, spec, "holm")
     assert full_rounds == s_count and (full_dec != R.DEFER).all()  # the board needs every round
     cap = P.EB_STEP_DOWN_ROUNDS
-    dec, stop, levels, _ = _reference(universe, board, entry, spec, "holm", max_rounds=cap)
+    dec, stop, levels, _ = round_by_round(universe, board, entry, spec, "holm", max_rounds=cap)
     runs = []
     real = P.rule_verdict
     monkeypatch.setattr(P, "rule_verdict", lambda *a, **k: runs.append(1) or real(*a, **k))
