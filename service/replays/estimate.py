@@ -114,7 +114,7 @@ def from_sample(plan: Any, chunk_pairs: int) -> float:
     per_order = len(plan.configs) * len(plan.spec.budgets)  # a pair's cases per order and seed
     orders = max(1, min(plan.spec.orders // k, SAMPLE_CASES // max(per_order, 1)))
     small = plan.with_orders(orders, seeds=1)
-    m = max(1, min(plan.n_pairs, chunk_pairs, SAMPLE_CASES // (per_order * orders)))
+    m = max(1, min(plan.n_pairs, chunk_pairs, SAMPLE_CASES // max(per_order * orders, 1)))
     with blas_single_thread():  # all of the sample's work on this thread, whose CPU time is read
         run_chunk(small, 0, 1)
         start = time.thread_time()
