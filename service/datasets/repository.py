@@ -30,12 +30,25 @@ def get_by_hash(session: Session, content_hash: str) -> Dataset | None:
     return session.scalars(select(Dataset).where(Dataset.content_hash == content_hash)).one_or_none()
 
 
-def page(session: Session, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
+def page(
+    session: Session, *, limit: int, offset: int, max_systems: int | None = None
+) -> tuple[list[Dataset], int, int]:
+    """A page of datasets, newest first, and the total. Each one's summary lists its systems,
+    so with ``max_systems`` the page stops before the systems of its datasets pass it (one
+    dataset at least): the page size used is returned, and the next page starts after it."""
     total = session.scalar(select(func.count()).select_from(Dataset)) or 0
-    rows = session.scalars(
-        select(Dataset).order_by(Dataset.created_at.desc(), Dataset.id).limit(limit).offset(offset)
-    ).all()
-    return list(rows), total
+    order = (Dataset.created_at.desc(), Dataset.id)
+    if max_systems is not None:
+        sizes = session.scalars(select(Dataset.n_systems).order_by(*order).limit(limit).offset(offset)).all()
+        fit = held = 0
+        for n in sizes:
+            if fit and held + n > max_systems:
+                limit = fit
+                break
+            held += n
+            fit += 1
+    rows = session.scalars(select(Dataset).order_by(*order).limit(limit).offset(offset)).all()
+    return list(rows), total, limit
 
 
 def add(session: Session, dataset: Dataset) -> Dataset:

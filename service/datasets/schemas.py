@@ -82,5 +82,6 @@ class DatasetRead(BaseModel):
 class DatasetPage(BaseModel):
     items: list[DatasetRead]
     total: int
-    limit: int
+    limit: int = Field(description="The page size used: the one asked for, or fewer where the page's summaries "
+                                   "would list more than 20,000 systems (the next page starts at offset + limit).")
     offset: int
