@@ -30,6 +30,12 @@ def get_by_hash(session: Session, content_hash: str) -> Dataset | None:
     return session.scalars(select(Dataset).where(Dataset.content_hash == content_hash)).one_or_none()
 
 
+LIST_SYSTEMS = 20_000
+"""Systems listed in one page of datasets, summed over its datasets' summaries (about 150
+bytes each): at ``MAX_UPLOAD_SYSTEMS`` a page of 500 could otherwise be 750 MB
+(and the index page, which reads 200 of them, 300 MB)."""
+
+
 def page(
     session: Session, *, limit: int, offset: int, max_systems: int | None = None
 ) -> tuple[list[Dataset], int, int]:

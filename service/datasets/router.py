@@ -231,18 +231,13 @@ def create_dataset(
     return read
 
 
-LIST_SYSTEMS = 20_000
-"""Systems listed in one page of datasets, summed over its datasets' summaries (about 150
-bytes each): at ``MAX_UPLOAD_SYSTEMS`` a page of 500 could otherwise be 750 MB."""
-
-
 @router.get("", response_model=DatasetPage, summary="List datasets, newest first")
 def list_datasets(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: OffsetQuery = 0,
 ) -> DatasetPage:
-    items, total, limit = repository.page(session, limit=limit, offset=offset, max_systems=LIST_SYSTEMS)
+    items, total, limit = repository.page(session, limit=limit, offset=offset, max_systems=repository.LIST_SYSTEMS)
     return DatasetPage(
         items=[DatasetRead.model_validate(d) for d in items], total=total, limit=limit, offset=offset
     )

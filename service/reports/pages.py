@@ -119,7 +119,7 @@ def _index(
     session: Session, *, status_code: int = 200, errors: list[str] | None = None, notice: str | None = None,
     selected: str | None = None, form: dict[str, Any] | None = None,
 ) -> HTMLResponse:
-    items, total, _ = datasets_repo.page(session, limit=200, offset=0)
+    items, total, _ = datasets_repo.page(session, limit=200, offset=0, max_systems=datasets_repo.LIST_SYSTEMS)
     runs, runs_total = replays_repo.page(session, limit=100, offset=0)
     done = replays.done_counts(session, runs)
     budgets = replays_repo.sufficient_budgets(session, [r.id for r in runs])

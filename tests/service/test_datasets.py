@@ -369,10 +369,10 @@ def test_json_rows_are_read_off_the_event_loop(client: TestClient, monkeypatch) 
 def test_a_page_of_datasets_stops_before_its_summaries_list_too_many_systems(client: TestClient, monkeypatch) -> None:
     """Each summary lists its dataset's systems: a page holds datasets until their systems pass
     ``LIST_SYSTEMS`` (one at least), says the size it used, and paging by it sees every one."""
-    from service.datasets import router
+    from service.datasets import repository
 
     ids = [upload(client, synth_csv(seed=70 + i, n_systems=4))["id"] for i in range(5)]
-    monkeypatch.setattr(router, "LIST_SYSTEMS", 9)  # two datasets of 4 systems a page
+    monkeypatch.setattr(repository, "LIST_SYSTEMS", 9)  # two datasets of 4 systems a page
     seen, offset = [], 0
     while True:
         page = client.get("/v1/datasets", params={"limit": 500, "offset": offset}).json()
@@ -383,6 +383,6 @@ def test_a_page_of_datasets_stops_before_its_summaries_list_too_many_systems(cli
             break
         assert page["limit"] == 2
     assert sorted(seen) == sorted(ids)
-    monkeypatch.setattr(router, "LIST_SYSTEMS", 1)  # smaller than one dataset: that one alone
+    monkeypatch.setattr(repository, "LIST_SYSTEMS", 1)  # smaller than one dataset: that one alone
     page = client.get("/v1/datasets", params={"limit": 3}).json()
     assert page["limit"] == 1 and len(page["items"]) == 1
