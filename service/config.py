@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     max_leaderboard_systems: int = Field(
         default=300, ge=2, description="Systems of a leaderboard (every pair is tested: S(S-1)/2 of them)."
     )
+    max_pair_bootstrap_draws: int = Field(
+        default=200_000_000, ge=1, description="boot x tasks of one /pairs request (about 9 ns a draw: 1.8 s)."
+    )
     max_decision_work: int = Field(
         default=4_000_000, ge=1, description="Estimated cells of one decision (e.g. anytime: tasks x groups)."
     )
