@@ -37,7 +37,7 @@ FORECAST_CELLS = 1 << 20
 100,000-task cap the draw and the paths were 80 MB of int64 each (227 MiB at the peak; 305 MiB
 for ``anytime_eb``), so they are drawn a few rows at a time: one stream split by rows, the same
 paths. ``anytime_eb`` walks each path by prefix sums (``anytime.anytime_path``): its step loop
-over all paths cost Python per step, 5.6 s at that cap."""
+over all paths cost Python per step, 3.6 s at that cap with 1,000 observed (now 1.05 s)."""
 
 
 def interval(rule: str, d: np.ndarray, n: int, a: float, lattice: int | None) -> dict[str, object] | None:

@@ -279,15 +279,22 @@ def _advance(v: np.ndarray, rows: np.ndarray, lattice: int | None, n: int, theta
         active = active[open_[:, active].any(axis=0)]
 
 
+def _sides(vsum: np.ndarray, s: np.ndarray, i: np.ndarray, n: int, theta: float,
+           lattice: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: whether the mean so far is above ``θ`` (the side a conclusion takes), and
+    whether no completion of the task set can change the full decision upwards or downwards
+    (a conclusion there needs no wealth)."""
+    theta_x = (theta + 1.0) / 2.0
+    pos = above(vsum, i[None, :], theta, lattice)
+    return pos, s / n > theta_x + TOL, (s + n - i) / n <= theta_x + TOL
+
+
 def _conclusions(vsum: np.ndarray, s: np.ndarray, up: np.ndarray, dn: np.ndarray, i: np.ndarray, n: int,
                  theta: float, lattice: int | None, log_inv_a: float) -> tuple[np.ndarray, np.ndarray]:
     """Accept and reject per step (coverage aside) from the sums of the differences and of
     ``x`` and ``ln K±_t(θ_X)`` at step numbers ``i``: the rule of SPEC §4.2 (module doc)."""
-    theta_x = (theta + 1.0) / 2.0
-    pos = above(vsum, i[None, :], theta, lattice)
-    acc = pos & ((s / n > theta_x + TOL) | (up >= log_inv_a))
-    rej = ~pos & (((s + n - i) / n <= theta_x + TOL) | (dn >= log_inv_a))
-    return acc, rej
+    pos, sure_up, sure_dn = _sides(vsum, s, i, n, theta, lattice)
+    return pos & (sure_up | (up >= log_inv_a)), ~pos & (sure_dn | (dn >= log_inv_a))
 
 
 def _verdicts(x: np.ndarray, vsum: np.ndarray, s: np.ndarray, c: np.ndarray, g: np.ndarray, n: int, theta: float,
@@ -355,13 +362,9 @@ def conclusion_strengths(v: np.ndarray, lattice: int | None, n: int, theta: floa
     k = len(v)
     vv = np.asarray(v, dtype=np.float64)[None, :]
     x = (vv / (lattice or 1) + 1.0) / 2.0
-    theta_x = (theta + 1.0) / 2.0
-    s, c, g = _steps(x, n, theta_x)
+    s, c, g = _steps(x, n, (theta + 1.0) / 2.0)
     up, dn = _log_wealth(x, c, *_bets(g, c))
-    i = np.arange(1, k + 1, dtype=np.float64)
-    pos = above(np.cumsum(vv, axis=1), i[None, :], theta, lattice)[0]
-    sure_up = (s / n > theta_x + TOL)[0]
-    sure_dn = ((s + n - i) / n <= theta_x + TOL)[0]
+    pos, sure_up, sure_dn = (r[0] for r in _sides(np.cumsum(vv, axis=1), s, np.arange(1, k + 1.0), n, theta, lattice))
     strength = np.where(pos, np.where(sure_up, np.inf, up[0]), np.where(sure_dn, np.inf, dn[0]))
     if cov_ok is not None:
         strength = np.where(np.asarray(cov_ok[:k], dtype=bool), strength, -np.inf)

@@ -389,7 +389,7 @@ def paired_tests(records: Records, a: np.ndarray, b: np.ndarray, labels: np.ndar
         binary[rows] = smooth
         mean, squares, signs, u = _centred(d, common, n[rows], labels is None and bool(binary[rows].any()))
         diff[rows], uu[rows] = mean, squares
-        if labels is None or index is None:  # (the same: index is None exactly when labels is)
+        if index is None:  # no cluster key
             n_plus[rows], n_minus[rows] = signs
             units[rows], ss[rows] = n[rows], squares  # every task its own cluster: the sums are u
         else:

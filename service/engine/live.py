@@ -150,6 +150,11 @@ def _coverage_path(labels: np.ndarray, n_g: np.ndarray, floor: str, k: int) -> n
     return np.all(counts >= req, axis=1) & (req.sum(axis=1) <= steps)
 
 
+def _kernel_values(d: np.ndarray, lattice: int | None) -> np.ndarray:
+    """What the anytime kernels walk: ``d·L`` as integers on a lattice, ``d`` itself off one."""
+    return np.round(d * lattice).astype(np.int64) if lattice else d
+
+
 def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
                  cov_path: np.ndarray | None = None, rng_key: bytes = b"") -> tuple[int, dict[str, object]]:
     """The rule's verdict on differences ``d`` (in observation order) and its statistic.
@@ -166,9 +171,8 @@ def rule_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     if spec.rule == "anytime_eb":
         if k == 0:
             return R.DEFER, {"stopped_at": None}
-        lat = lattice
-        v = np.round(d * lat).astype(np.int64) if lat else d  # off a lattice the kernel takes d itself
-        dec, stop = anytime_path(v, lat, n, spec.theta, spec.a, k, cov_path)  # = R.anytime_paths, one path
+        # = R.anytime_paths, one path
+        dec, stop = anytime_path(_kernel_values(d, lattice), lattice, n, spec.theta, spec.a, k, cov_path)
         stopped = stop if stop <= k else None
         return dec, {"stopped_at": stopped, "log_wealth_threshold": _clean(R.log_inv(spec.a))}
     rng = None
@@ -196,8 +200,7 @@ def _anytime_verdict(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None,
     (``ln K±`` at the stop, or at ``k``), and the verdict without the floors, from one pass of
     the betting rule (``betting.betting_path``, the replay's arithmetic)."""
     k = len(d)
-    v = np.round(d * lattice).astype(np.int64) if lattice else d  # off a lattice the kernel takes d itself
-    path = betting_path(v, lattice, n, spec.theta, spec.a, cov_path)
+    path = betting_path(_kernel_values(d, lattice), lattice, n, spec.theta, spec.a, cov_path)
     stopped = path.stop if path.stop <= k else None
     t = stopped or k
     if lattice is None or lattice == 1:  # the path's X is (d + 1)/2 itself: its wealth is the statistic
@@ -215,8 +218,7 @@ def anytime_strengths(spec: LiveSpec, d: np.ndarray, n: int, lattice: int | None
     """``anytime`` on ``d`` at every level at once (``betting.conclusion_strengths``): per step,
     whether a conclusion there accepts and the largest ``ln(1/a)`` at which it concludes; the
     first step with strength ``>= ln(1/a)`` is ``rule_verdict``'s stop at level ``a``."""
-    v = np.round(d * lattice).astype(np.int64) if lattice else d
-    return conclusion_strengths(v, lattice, n, spec.theta, cov_path)
+    return conclusion_strengths(_kernel_values(d, lattice), lattice, n, spec.theta, cov_path)
 
 
 def _bootstrap_on_lattice(spec: LiveSpec, d: np.ndarray, lattice: int,

@@ -226,14 +226,12 @@ def _decide(entry: Entry, board: Board, cov: np.ndarray | None, spec: LiveSpec,
     """Every comparison's decision, stop and level under the correction (module doc)."""
     s_count = len(board.systems)
     if spec.rule == "anytime":  # one walk per comparison serves every level (holm_levels)
-        paths: list[tuple[np.ndarray, np.ndarray] | None] = []
-        best = np.full(s_count, -np.inf)
-        for j in range(s_count):
-            common = _common(entry, board, cov, j)
-            paths.append(None if common is None else anytime_strengths(spec, *common))
-            if common is not None and len(paths[j][1]):
-                top = float(np.fmax.reduce(paths[j][1]))
-                best[j] = top if top == top else -np.inf  # NaN: never concludes
+        paths = [None if (c := _common(entry, board, cov, j)) is None else anytime_strengths(spec, *c)
+                 for j in range(s_count)]
+        best = np.full(s_count, -np.inf)  # no common task, or every strength NaN: never concludes
+        for j, path in enumerate(paths):
+            if path is not None and not np.isnan(top := np.fmax.reduce(path[1])):
+                best[j] = top
         concluded_at, open_level = holm_levels(best, spec.a, correction == "holm")
         dec = np.zeros(s_count, dtype=np.int64)
         stop = np.zeros(s_count, dtype=np.int64)

@@ -270,7 +270,9 @@ def _log_wealth(quad: tuple, sign: int, mu) -> np.ndarray:
 
 
 _EB_SEGMENT = 4096
-"""Steps of ``anytime_paths``' paths turned into rows at once (not the whole ``[cases, kmax]``)."""
+"""Steps of ``anytime_paths``' paths turned into rows at once: the loop reads one step of every
+path at a time, and two float64 transposes of the whole ``[cases, kmax]`` held twice the
+paths again (as int64) for the whole walk."""
 
 
 def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[float], a: float, kmax: int,
@@ -299,7 +301,7 @@ def anytime_paths(v: np.ndarray, lattice: int, n: int, theta: float | Sequence[f
     stop = np.full((n_th, cases), kmax + 1, dtype=np.int64)
     live = np.ones((n_th, cases), dtype=bool)
     for i in range(1, kmax + 1):
-        if (i - 1) % _EB_SEGMENT == 0:  # the next steps, one row per step (a forecast's paths are long)
+        if (i - 1) % _EB_SEGMENT == 0:  # the next steps, one row per step
             seg = np.asarray(v[:, i - 1 : min(kmax, i - 1 + _EB_SEGMENT)], dtype=np.float64)
             vt = np.ascontiguousarray(seg.T)
             xt = (vt / scale + 1.0) / 2.0

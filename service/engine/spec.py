@@ -111,9 +111,9 @@ def parse_fractions(text: str, field: str, max_count: int = MAX_SCHEDULE_CHECKPO
             continue
         if ":" in part:
             try:
-                out.extend(parse_budgets(part, max_count))
-            except SpecError as exc:
-                raise SpecError(field, exc.message.replace("budgets", "checkpoints")) from None
+                out.extend(parse_budgets(part, max_count, "checkpoints"))
+            except SpecError as exc:  # in the caller's field (a policy's own checkpoints: "policies")
+                raise SpecError(field, exc.message) from None
         else:
             out.append(_number(part, field))
         if len(out) > max_count:
@@ -359,31 +359,32 @@ def validate_spec(spec: ReplaySpec) -> None:
             raise SpecError("deltas", f"policy '{p.name}' uses mcnemar, which is defined only at δ = 0")
 
 
-def parse_budgets(text: str, max_count: int | None = None) -> tuple[float, ...]:
+def parse_budgets(text: str, max_count: int | None = None, what: str = "budgets") -> tuple[float, ...]:
     """``"0.05:0.95:0.05"`` (start:stop:step, inclusive) or ``"0.1,0.25,0.5"``.
 
     With ``max_count``, a grid of more budgets is refused from its arithmetic, before a
-    single budget is made (``"0.5:1:1e-300"`` would otherwise be 5e299 floats)."""
+    single budget is made (``"0.5:1:1e-300"`` would otherwise be 5e299 floats). ``what`` names
+    the values (and the field) in the errors: a schedule's checkpoints are read the same way."""
     text = text.strip()
     try:
         if ":" in text:
             start, stop, step = (float(x) for x in text.split(":"))
             if not all(math.isfinite(x) for x in (start, stop, step)):
-                raise SpecError("budgets", f"start, stop and step must be finite numbers, got '{text}'")
+                raise SpecError(what, f"start, stop and step must be finite numbers, got '{text}'")
             if step <= 0:
-                raise SpecError("budgets", "step must be positive")
+                raise SpecError(what, "step must be positive")
             count = math.floor((stop - start) / step + 1e-9) + 1 if stop >= start else 0
             if max_count is not None and count > max_count:
-                raise SpecError("budgets", f"the range '{text}' has {count:.4g} budgets; the limit is {max_count}")
+                raise SpecError(what, f"the range '{text}' has {count:.4g} {what}; the limit is {max_count}")
             n = int(count)
             return tuple(round(start + i * step, 10) for i in range(n))
         if max_count is not None and text.count(",") + 1 > max_count:
-            raise SpecError("budgets", f"{text.count(',') + 1} budgets; the limit is {max_count}")
+            raise SpecError(what, f"{text.count(',') + 1} {what}; the limit is {max_count}")
         return tuple(float(x) for x in text.split(",") if x.strip())
     except SpecError:
         raise
     except (ValueError, OverflowError):
-        raise SpecError("budgets", f"cannot read '{text}': use start:stop:step or a comma list") from None
+        raise SpecError(what, f"cannot read '{text}': use start:stop:step or a comma list") from None
 
 
 def as_sequence(x: object) -> Sequence[object]:

@@ -222,9 +222,10 @@ def _draw(report: dict[str, Any], spec: FigureSpec, only: list[float] | None) ->
     handles.append(Line2D([], [], marker="o", color="#777777", markeredgecolor="black", linestyle="none"))
     names.append("minimum sufficient budget")
     fig.legend(handles, names, loc="outside lower center", ncols=min(3, len(names)), fontsize=8.5)
-    more = f" (δ panels 1-{len(panel_deltas)} of {selected}: choose others with ?delta=)" if selected > len(
-        panel_deltas) else ""
-    fig.suptitle(spec.title + more, fontsize=11)
+    title = spec.title
+    if selected > len(panel_deltas):
+        title += f" (δ panels 1-{len(panel_deltas)} of {selected}: choose others with ?delta=)"
+    fig.suptitle(title, fontsize=11)
     return fig
 
 
