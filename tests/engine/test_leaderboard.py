@@ -320,12 +320,12 @@ def test_adjacent_leads_carry_a_paired_interval():
 # --------------------------------------------------------------------------- letters against the first implementation
 
 
-def _reference_letter_columns(separated, limit=letters.MAX_LETTER_COLUMNS):
-    """The first, slow ``letter_columns`` (list scans, a numpy update per member), kept verbatim
-    but for ``limit``: the fast one must return exactly its columns, in its order."""
+def _members(c):
+    return [i for i in range(c.bit_length()) if c >> i & 1]
 
-    def members(c):
-        return [i for i in range(c.bit_length()) if c >> i & 1]
+
+def _reference_insert(sep, limit):
+    """The first implementation's insert-and-absorb (list scans), unordered."""
 
     def absorb(new, kept):
         out = list(kept)
@@ -334,14 +334,7 @@ def _reference_letter_columns(separated, limit=letters.MAX_LETTER_COLUMNS):
                 out.append(c)
         return out
 
-    def key(c):
-        return tuple(members(c))
-
-    sep = np.asarray(separated, dtype=bool)
-    n = sep.shape[0]
-    if n == 0:
-        return []
-    cols = [(1 << n) - 1]
+    cols = [(1 << sep.shape[0]) - 1]
     for i, j in zip(*np.nonzero(np.triu(sep, 1)), strict=True):
         both = (1 << int(i)) | (1 << int(j))
         hit = [c for c in cols if c & both == both]
@@ -352,6 +345,23 @@ def _reference_letter_columns(separated, limit=letters.MAX_LETTER_COLUMNS):
         cols = absorb(split, rest)
         if len(cols) > limit:
             raise letters.TooManyLetters(f"more than {limit} letter columns would be needed")
+    return cols
+
+
+def _reference_letter_columns(separated, limit=letters.MAX_LETTER_COLUMNS):
+    """The first, slow ``letter_columns`` (list scans, a numpy update per member), kept verbatim
+    but for ``limit`` and its insert taken apart (``_reference_insert``): the fast one must
+    return exactly its columns, in its order."""
+    members = _members
+
+    def key(c):
+        return tuple(members(c))
+
+    sep = np.asarray(separated, dtype=bool)
+    n = sep.shape[0]
+    if n == 0:
+        return []
+    cols = _reference_insert(sep, limit)
     cols.sort(key=key)
     cover = np.zeros((n, n), dtype=np.int64)
     for c in cols:
@@ -403,12 +413,47 @@ def test_letter_columns_equal_the_reference_implementation(kind):
         assert letters.letter_columns(sep) == _reference_letter_columns(sep)
 
 
-def test_letter_columns_refuse_exactly_when_the_reference_does(monkeypatch):
+def test_letter_columns_refuse_exactly_when_more_columns_are_needed(monkeypatch):
+    """Refused iff the insert ends with more columns than the limit."""
     monkeypatch.setattr(letters, "MAX_LETTER_COLUMNS", 24)
     rng = np.random.default_rng(44)
     refused = 0
     for trial in range(120):
         sep = _random_separation(rng, ("ranked", "banded")[trial % 2])
+        if len(_reference_insert(sep, limit=10**9)) > 24:
+            refused += 1
+            with pytest.raises(letters.TooManyLetters, match="more than 24 letter columns"):
+                letters.letter_columns(sep)
+        else:
+            assert letters.letter_columns(sep) == _reference_letter_columns(sep, limit=10**9)
+    assert 10 <= refused <= 110  # both outcomes were exercised
+
+
+def test_letters_are_shown_where_the_insert_passed_the_limit_on_the_way(monkeypatch):
+    """The insert can hold more columns on the way than at its end; the limit is on the end."""
+    rng = np.random.default_rng(47)
+    shown = 0
+    for trial in range(400):
+        sep = _random_separation(rng, ("uniform", "ranked")[trial % 2])
+        needed = len(_reference_insert(sep, limit=10**9)) if sep.shape[0] else 0
+        try:
+            _reference_insert(sep, limit=needed)
+        except letters.TooManyLetters:
+            monkeypatch.setattr(letters, "MAX_LETTER_COLUMNS", needed)
+            assert letters.letter_columns(sep) == _reference_letter_columns(sep, limit=10**9)
+            shown += 1
+    assert shown >= 10
+
+
+def test_letter_columns_fall_back_to_the_insert_when_the_search_is_long(monkeypatch):
+    """Past ``MAX_LETTER_SEARCH`` nodes the insert-and-absorb decides, limit on the way included."""
+    monkeypatch.setattr(letters, "MAX_LETTER_COLUMNS", 24)
+    monkeypatch.setattr(letters, "MAX_LETTER_SEARCH", 5)
+    rng = np.random.default_rng(45)
+    fell_back = refused = 0
+    for trial in range(120):
+        sep = _random_separation(rng, ("ranked", "banded")[trial % 2])
+        fell_back += letters._maximal_sets(sep) is None if len(_reference_insert(sep, 10**9)) <= 24 else 0
         try:
             expected = _reference_letter_columns(sep, limit=24)
         except letters.TooManyLetters as exc:
@@ -417,7 +462,17 @@ def test_letter_columns_refuse_exactly_when_the_reference_does(monkeypatch):
                 letters.letter_columns(sep)
         else:
             assert letters.letter_columns(sep) == expected
-    assert 10 <= refused <= 110  # both outcomes were exercised
+    assert fell_back >= 10 and refused >= 10
+
+
+def test_maximal_sets_are_the_inserts_columns():
+    """The direct search finds the insert's columns, as sets, on every kind of pattern."""
+    rng = np.random.default_rng(46)
+    for trial in range(300):
+        sep = _random_separation(rng, ("uniform", "ranked", "banded")[trial % 3])
+        if sep.shape[0] == 0:
+            continue
+        assert sorted(letters._maximal_sets(sep)) == sorted(_reference_insert(sep, limit=10**9))
 
 
 def test_letter_columns_edge_patterns():
