@@ -135,14 +135,18 @@ def blob_rows(session: Session, stmt: Select[Any]) -> list[tuple[Any, ...]]:
 
 def insert_new_rows(session: Session, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]) -> int:
     """Insert the rows whose ``key`` is not stored yet (``ON CONFLICT DO NOTHING`` on both
-    backends) and return how many were added. Concurrent inserts of one key wait for each
-    other and the later does nothing. Rows go in key order, so two overlapping requests take
-    their index locks in the same order (in request order they could deadlock on Postgres)."""
+    backends) and return how many were added. The rows go in the order given, one statement,
+    so their ids follow it: live sessions and placements read their sequence of observed tasks
+    in id order, and that sequence is the one the harness sent (sorting the rows here, as it
+    once did, made a batch's sequence its task ids' order).
+
+    The caller serialises inserts under one parent (a lock on its row, held to the commit):
+    overlapping requests in their own orders could otherwise deadlock on Postgres, and a
+    request's answer must see every row stored before its own."""
     if not rows:
         return 0
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    ordered = sorted(rows, key=lambda r: tuple(r[c] for c in key))
-    stmt = insert(model).values(ordered).on_conflict_do_nothing(index_elements=list(key))
+    stmt = insert(model).values(list(rows)).on_conflict_do_nothing(index_elements=list(key))
     return len(session.execute(stmt.returning(*model.__table__.primary_key.columns)).all())
 
 

@@ -18,8 +18,10 @@ def add(session: Session, row: Placement) -> Placement:
     return row
 
 
-def get(session: Session, placement_id: uuid.UUID) -> Placement | None:
-    return session.get(Placement, placement_id)
+def get(session: Session, placement_id: uuid.UUID, *, lock: bool = False) -> Placement | None:
+    """The row; with ``lock``, locked to the commit (``FOR UPDATE`` on Postgres; SQLite's write
+    transactions already run one at a time)."""
+    return session.get(Placement, placement_id, with_for_update=lock or None)
 
 
 def observations(session: Session, placement_id: uuid.UUID) -> list[tuple[str, int, float]]:

@@ -2,7 +2,10 @@
 (idempotent per task and trial), and the state at any time.
 
 The state is recomputed from the stored observations on every read (as sessions do): the
-sequence of observed tasks is the order in which each task got its last needed trial.
+sequence of observed tasks is the order in which each task got its last needed trial, in the
+order the requests and their observations came. Appends to one placement hold its row
+locked to their commit, as sessions do; a dataset deleted meanwhile waits for them (its
+placements go with it), and an append that comes after is a 404.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def create(session: Session, body: PlacementCreate, settings: Settings | None = 
     return repository.add(session, row)
 
 
-def get(session: Session, placement_id: uuid.UUID) -> Placement:
-    row = repository.get(session, placement_id)
+def get(session: Session, placement_id: uuid.UUID, *, lock: bool = False) -> Placement:
+    row = repository.get(session, placement_id, lock=lock)
     if row is None:
         raise NotFound(f"placement {placement_id} does not exist")
     return row
@@ -162,7 +165,7 @@ def read(session: Session, row: Placement) -> dict[str, Any]:
 def append(session: Session, placement_id: uuid.UUID, body: PlacementObservationsCreate) -> dict[str, Any]:
     """Store new outcomes; the same (task, trial) again with the same outcome is a no-op, with
     another outcome a 409; any error stores nothing of the request (the caller rolls back)."""
-    row = get(session, placement_id)
+    row = get(session, placement_id, lock=True)  # appends to one placement one at a time, to the commit
     universe = decisions.dataset_universe(session, row.dataset_id, row.grouping)  # the board is read by state()
     posted: dict[tuple[str, int], tuple[int, float]] = {}
     conflicts: list[dict[str, Any]] = []

@@ -18,8 +18,10 @@ def add(session: Session, row: LiveSession) -> LiveSession:
     return row
 
 
-def get(session: Session, session_id: uuid.UUID) -> LiveSession | None:
-    return session.get(LiveSession, session_id)
+def get(session: Session, session_id: uuid.UUID, *, lock: bool = False) -> LiveSession | None:
+    """The row; with ``lock``, locked to the commit (``FOR UPDATE`` on Postgres; SQLite's write
+    transactions already run one at a time)."""
+    return session.get(LiveSession, session_id, with_for_update=lock or None)
 
 
 def observations(session: Session, session_id: uuid.UUID) -> list[tuple[str, str, int, float]]:

@@ -1,8 +1,11 @@
 """Session use cases: declare, append observations (idempotent), and the state at any time.
 
 The state is recomputed from the stored observations on every read: the sequence of
-observed tasks is the order in which each task got its last needed trial (by storage
-order), so concurrent appends need no coordination beyond the unique key.
+observed tasks is the order in which each task got its last needed trial, by storage order,
+which is the order of the requests and, within one, of its observations. Appends to one
+session hold its row locked to their commit, so each answer's sequence is a prefix of every
+later one (on Postgres, ids taken by a request that commits later could otherwise fall
+before rows another request had already answered on).
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def create(session: Session, body: SessionCreate, settings: Settings | None = No
     return repository.add(session, row)
 
 
-def get(session: Session, session_id: uuid.UUID) -> LiveSession:
-    row = repository.get(session, session_id)
+def get(session: Session, session_id: uuid.UUID, *, lock: bool = False) -> LiveSession:
+    row = repository.get(session, session_id, lock=lock)
     if row is None:
         raise NotFound(f"session {session_id} does not exist")
     return row
@@ -332,7 +335,7 @@ def read(session: Session, row: LiveSession) -> dict[str, Any]:
 def append(session: Session, session_id: uuid.UUID, body: ObservationsCreate) -> dict[str, Any]:
     """Store new observations; the same (task, system, trial) again with the same outcome is
     a no-op, with another outcome a 409 (and nothing of the request is stored)."""
-    row = get(session, session_id)
+    row = get(session, session_id, lock=True)  # appends to one session one at a time, to the commit
     universe, _ = _universe(row)
     names = {row.system_a: "A", row.system_b: "B"}
     posted: dict[tuple[str, str, int], tuple[int, float]] = {}

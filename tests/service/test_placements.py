@@ -192,3 +192,51 @@ def test_a_board_of_more_systems_than_the_limit_is_refused_before_it_is_built(ba
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "dataset_id"
         assert "6 systems" in r.json()["detail"][0]["message"] and not loads
         assert c.post("/v1/placements", json={"dataset_id": small["id"], "system": "newcomer"}).status_code == 201
+
+
+def _placement(client: TestClient) -> tuple[dict, dict]:
+    ds = upload(client, synth_csv(seed=5, n_systems=4, n_tasks=60))
+    r = client.post("/v1/placements", json={"dataset_id": ds["id"], "system": "newcomer"})
+    assert r.status_code == 201, r.text
+    return ds, r.json()
+
+
+def test_a_batch_is_observed_in_the_order_it_was_sent(client: TestClient) -> None:
+    """One append's outcomes keep their order (the store once sorted them by task id): the
+    same state as one task per append."""
+    _, p = _placement(client)
+    _, q = _placement(client)
+    order = list(reversed(sorted(p["order"])))[:40]
+    outcome = {t: float(i % 3 == 0) for i, t in enumerate(order)}
+    batched = client.post(f"/v1/placements/{p['id']}/observations",
+                          json={"observations": [{"task_id": t, "outcome": outcome[t]} for t in order]})
+    assert batched.status_code == 200, batched.text
+    for t in order:
+        one = client.post(f"/v1/placements/{q['id']}/observations",
+                          json={"observations": [{"task_id": t, "outcome": outcome[t]}]}).json()
+    assert batched.json()["observed_task_ids"] == order == one["observed_task_ids"]
+    assert batched.json()["board"] == one["board"]
+    assert (batched.json()["rank_low"], batched.json()["rank_high"]) == (one["rank_low"], one["rank_high"])
+
+
+def test_an_append_during_the_delete_of_its_dataset_is_a_404(client: TestClient) -> None:
+    """An append that comes while the board's dataset is being deleted waits for the delete
+    and answers 404 (on Postgres it was a 500: its rows' foreign key met the deleted placement)."""
+    import concurrent.futures as cf
+    import uuid
+
+    from service.datasets import service as datasets
+    from service.db import transaction
+
+    ds, p = _placement(client)
+    pool = cf.ThreadPoolExecutor(1)
+    try:
+        with transaction(client.app.state.sessionmaker) as db:
+            datasets.delete(db, uuid.UUID(ds["id"]), with_replays=True)
+            appending = pool.submit(client.post, f"/v1/placements/{p['id']}/observations",
+                                    json={"observations": [{"task_id": p["order"][0], "outcome": 1}]})
+            done, _ = cf.wait([appending], timeout=1.0)
+            assert not done, "an append went ahead while its placement was being deleted"
+        assert appending.result(timeout=60).status_code == 404, appending.result().text
+    finally:
+        pool.shutdown(wait=True)

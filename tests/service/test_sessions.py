@@ -287,3 +287,66 @@ def test_a_checkpoint_that_spends_nothing_defers(client: TestClient, rule: str) 
     for t in s["order"][1:]:
         st = _post(client, s["id"], _pair(t, 1, 0))
     assert st["status"] == "concluded" and st["current"]["decision"] == "accept"
+
+
+# --------------------------------------------------------------------------- the order a harness sends
+
+# A null population whose task ids sort with its outcomes: A wins on the a-tasks, ties on the
+# m-tasks, B wins on the z-tasks (Δ_full = -0.02). Sorted by id, the sequence opens with A's
+# wins and the anytime rule accepts at once; in any order the harness sends, it must not.
+ORDERED_IDS = [f"a{i:02d}" for i in range(30)] + [f"m{i:02d}" for i in range(38)] + [f"z{i:02d}" for i in range(32)]
+ORDERED_Y = {t: ((1.0, 0.0) if t[0] == "a" else (0.0, 1.0) if t[0] == "z" else (1.0, 1.0)) for t in ORDERED_IDS}
+
+
+def _ordered_session(client: TestClient) -> str:
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": ORDERED_IDS}, "rule": "anytime",
+                                          "system_a": "new", "system_b": "old"})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def test_a_batch_is_observed_in_the_order_it_was_sent(client: TestClient) -> None:
+    """The rows of one append keep their order: the same state as one task per append, and
+    the engine's decision on that sequence (the store once sorted a batch by task id)."""
+    order = [ORDERED_IDS[i] for i in np.random.default_rng(3).permutation(len(ORDERED_IDS))]
+    rows = [row for t in order for row in _pair(t, *ORDERED_Y[t])]
+    batched = _post(client, _ordered_session(client), rows)
+    one_by_one_id = _ordered_session(client)
+    for t in order:
+        one_by_one = _post(client, one_by_one_id, _pair(t, *ORDERED_Y[t]))
+    assert batched["observed_task_ids"] == order == one_by_one["observed_task_ids"]
+    assert batched["current"] == one_by_one["current"]
+    engine = live_from_arrays(ORDERED_IDS, None, [ORDERED_Y[t][0] for t in order], [ORDERED_Y[t][1] for t in order],
+                              order, rule="anytime")
+    assert batched["current"]["decision"] == engine["decision"] != "accept"
+    # sent in id order, the same rows do accept: what the sorted store made of every batch
+    sorted_rows = [row for t in ORDERED_IDS for row in _pair(t, *ORDERED_Y[t])]
+    assert _post(client, _ordered_session(client), sorted_rows)["current"]["decision"] == "accept"
+
+
+def test_appends_to_one_session_wait_for_each_other(client: TestClient) -> None:
+    """An append holds the session until it commits: a second append waits, then sees the
+    first one's rows before its own, so every answer's sequence is a prefix of the later ones
+    (on Postgres a later request's rows could take ids before an answered one's)."""
+    import concurrent.futures as cf
+    import uuid
+
+    from service.db import transaction
+    from service.sessions import service
+    from service.sessions.schemas import ObservationsCreate
+
+    sid = _ordered_session(client)
+    first = ORDERED_IDS[40:50]
+    second = ORDERED_IDS[:5]
+    pool = cf.ThreadPoolExecutor(1)
+    try:
+        with transaction(client.app.state.sessionmaker) as db:
+            body = ObservationsCreate(observations=[row for t in first for row in _pair(t, *ORDERED_Y[t])])
+            assert service.append(db, uuid.UUID(sid), body)["observed_task_ids"] == first
+            later = pool.submit(_post, client, sid, [row for t in second for row in _pair(t, *ORDERED_Y[t])])
+            done, _ = cf.wait([later], timeout=1.0)
+            assert not done, "a second append went ahead while the first held the session"
+        assert later.result(timeout=60)["observed_task_ids"] == first + second
+    finally:
+        pool.shutdown(wait=True)
+    assert client.get(f"/v1/sessions/{sid}").json()["observed_task_ids"] == first + second
