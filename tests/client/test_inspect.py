@@ -136,6 +136,73 @@ def test_no_service_at_all_runs_everything(tmp_path: Path) -> None:
         assert "could not be declared" in meta["error"]
 
 
+def test_resuming_without_the_service_keeps_the_dataset_and_runs_everything(tmp_path: Path) -> None:
+    samples, table = example.mock_benchmark(20)
+    stopping = PairedEarlyStopping(
+        f"http://127.0.0.1:{procs.free_port()}", model_a=A, model_b=B, session_id="5b0c1a52-0000-4000-8000-000000000000"
+    )
+    dataset = stopping.recommended_order(samples)  # the docstring's promise: the dataset unchanged
+    assert [s.id for s in dataset] == [s.id for s in samples]
+    task = Task(dataset=dataset, solver=generate(), scorer=match(), early_stopping=stopping)
+    for log in run_eval(task, example.mock_models(table), tmp_path, max_samples=4).values():
+        meta = log.results.early_stopping.metadata
+        assert len(log.samples) == 20 and meta["status"] == "unavailable" and "could not be read" in meta["error"]
+        assert any("recommended order not applied" in n for n in meta["notes"])
+
+
+def test_a_portal_answering_200_html_mid_run_leaves_a_full_eval_that_says_so(server: Server, tmp_path: Path) -> None:
+    """After the declaration and two appends, something else answers 200 with HTML (a captive
+    portal): the eval runs to the end without early stopping, as when the service is down."""
+    calls = 0
+
+    async def portal_after_three(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls > 3:
+            return httpx.Response(200, text="<html>captive portal</html>", headers={"content-type": "text/html"})
+        async with httpx.AsyncClient() as http:
+            answer = await http.send(request)
+        return httpx.Response(answer.status_code, content=answer.content, headers={"content-type": "application/json"})
+
+    samples, table = example.mock_benchmark(60)
+    stopping = PairedEarlyStopping(server.url, model_a=A, model_b=B, group="repo",
+                                   transport=httpx.MockTransport(portal_after_three))
+    logs = run_eval(example.paired_task(samples, stopping, recommended=False), example.mock_models(table), tmp_path,
+                    max_samples=4)
+    for log in logs.values():
+        meta = log.results.early_stopping.metadata
+        assert len(log.samples) == 60 and meta["status"] == "unavailable" and meta["stopped"] is False
+        assert "text/html" in meta["error"] and meta["tasks_sent"] >= 1
+
+
+def test_a_sample_errored_without_a_score_holds_the_later_pairs_and_the_summary_says_so(
+    server: Server, tmp_path: Path
+) -> None:
+    samples, table = example.mock_benchmark(60)
+    stopping = PairedEarlyStopping(server.url, model_a=A, model_b=B, group="repo")
+    dataset = stopping.recommended_order(samples)
+    assert stopping.order is not None
+    bad = stopping.order[2]
+
+    def crash(sample_id: str) -> None:
+        if sample_id == bad:
+            raise RuntimeError("the agent crashed")
+
+    models = [example.mock_model(A, table[A], crash), example.mock_model(B, table[B])]
+    task = Task(dataset=dataset, solver=generate(), scorer=match(), early_stopping=stopping)
+    logs = eval(task, model=models, log_dir=str(tmp_path), display="none", max_samples=4, fail_on_error=False)
+    held, notes = [], []
+    for log in logs:
+        meta = read_eval_log(log.location).results.early_stopping.metadata
+        assert meta["status"] == "running" and meta["tasks_sent"] == 2
+        held.append(meta["pairs_held"])
+        notes += [n for n in meta["notes"] if f"behind sample {bad!r}" in n and A in n]
+    # Once both models are done, every pair after the errored one (the first model to finish may
+    # see fewer: "... wait behind ..., not yet scored by" when the other still runs it).
+    assert max(held) == len(samples) - 3 and min(held) > 0
+    assert len(notes) == 2 and any(f"{len(samples) - 3} scored pair(s) held" in n for n in notes), notes
+
+
 def test_a_refused_declaration_fails_the_task_before_any_sample(server: Server, tmp_path: Path) -> None:
     samples, table = example.mock_benchmark(40)
     stopping = PairedEarlyStopping(server.url, model_a=A, model_b=B, group="repo", delta=500)

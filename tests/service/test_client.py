@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
+import time
+from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -28,6 +31,23 @@ from sufficiency_client import (
 
 IDS = [f"task-{i:02d}" for i in range(48)]
 UNIVERSE = {t: f"repo{i % 3}" for i, t in enumerate(IDS)}
+
+
+def portal(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, text="<html>captive portal</html>", headers={"content-type": "text/html"})
+
+
+def relay(client: TestClient, after: Callable[[httpx.Request], None] = lambda request: None) -> SufficiencyClient:
+    """A client whose network reaches the real app; ``after(request)`` runs once the app has
+    answered, before the answer comes back (it may hold it, or raise a transport fault)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        answer = client.send(request)
+        after(request)
+        return httpx.Response(answer.status_code, content=answer.content,
+                              headers={"content-type": answer.headers["content-type"]})
+
+    return SufficiencyClient("http://testserver", transport=httpx.MockTransport(handler))
 
 
 def test_sync_client_decides_and_translates_errors(client: TestClient) -> None:
@@ -161,3 +181,106 @@ def test_upload_rows_names_the_dataset_as_the_caller_asks(client: TestClient) ->
     asyncio.run(scenario())
     names = sorted(d["name"] for d in client.get("/v1/datasets").json()["items"])
     assert "airline trial 3" in names and "async one" in names and len(names) == 4
+
+
+def test_a_2xx_that_is_not_json_is_an_api_error_naming_status_and_content_type() -> None:
+    """A proxy or captive portal answering 200 with HTML was a bare JSONDecodeError."""
+    with SufficiencyClient(transport=httpx.MockTransport(portal)) as api, pytest.raises(APIError) as err:
+        api.get_session("x")
+    assert type(err.value).__name__ == "UnexpectedResponseError"
+    assert err.value.status == 200 and err.value.code == "not_json" and "text/html" in str(err.value)
+
+    async def scenario() -> None:
+        async with AsyncSufficiencyClient(transport=httpx.MockTransport(portal)) as api:
+            with pytest.raises(APIError, match="text/html"):
+                await api.observe("x", [observation("t", "A", 1.0)])
+
+    asyncio.run(scenario())
+
+
+def test_a_non_finite_outcome_is_refused_before_any_request(client: TestClient) -> None:
+    sent: list[httpx.Request] = []
+    api = relay(client, sent.append)
+    monitor = LiveMonitor(api, system_a="new", system_b="base", universe=UNIVERSE)
+    task, sent[:] = monitor.order[0], []
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(InvalidInputError) as err:
+            monitor.record(task, 1.0, bad)
+        assert err.value.fields == ["outcome_b"] and str(bad) in str(err.value) and "base" in str(err.value)
+    with pytest.raises(InvalidInputError, match="JSON"):  # the plain client: httpx's ValueError, translated
+        api.observe(monitor.session_id, [observation(task, "new", float("nan"))])
+    assert sent == [] and api.get_session(monitor.session_id)["current"]["counts"]["a_only"] == 0
+
+
+def test_refresh_after_a_lost_answer_skips_what_the_server_stored(client: TestClient) -> None:
+    """The server stored the observation but its answer timed out: ``refresh()`` reads the
+    session's ``observed_task_ids``, so ``tasks()`` does not offer that task again."""
+    lose: list[bool] = []
+
+    def maybe_lose(request: httpx.Request) -> None:
+        if lose and request.method == "POST":
+            lose.clear()
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+
+    monitor = LiveMonitor(relay(client, maybe_lose), system_a="new", system_b="base", universe=UNIVERSE)
+    first = next(monitor.tasks())
+    lose.append(True)
+    with pytest.raises(TransportError):
+        monitor.record(first, 1.0, 0.0)
+    assert next(monitor.tasks()) == first  # the monitor cannot know yet
+    assert monitor.refresh().k == 1 and next(monitor.tasks()) == monitor.order[1]
+
+
+def test_a_late_answer_does_not_undo_a_concluded_verdict(client: TestClient) -> None:
+    """Concurrent records: the answer to the first one (k=1, running) arrives after the session
+    concluded; the verdict kept is the newest by k (the sync monitor from threads here)."""
+    gate, held = threading.Event(), threading.Event()
+
+    def hold_first(request: httpx.Request) -> None:
+        if request.method == "POST" and request.url.path.endswith("/observations") and not held.is_set():
+            held.set()
+            assert gate.wait(30)
+
+    monitor = LiveMonitor(relay(client, hold_first), system_a="new", system_b="base", universe=UNIVERSE)
+    late = threading.Thread(target=monitor.record, args=(monitor.order[0], 1.0, 0.0))
+    late.start()
+    assert held.wait(30)
+    for task in monitor.order[1:]:
+        if monitor.record(task, 1.0, 0.0).stop:
+            break
+    concluded = monitor.verdict
+    gate.set()
+    late.join(30)
+    assert concluded.stop and monitor.verdict == concluded
+    assert (monitor.refresh().k, monitor.verdict.decision) == (concluded.k, "accept")
+
+
+def test_a_late_answer_does_not_undo_a_concluded_async_verdict(client: TestClient) -> None:
+    class HoldFirst(httpx.ASGITransport):
+        def __init__(self) -> None:
+            super().__init__(app=client.app)
+            self.gate, self.held = asyncio.Event(), False
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            answer = await super().handle_async_request(request)
+            if request.url.path.endswith("/observations") and not self.held:
+                self.held = True
+                await self.gate.wait()
+            return answer
+
+    async def scenario() -> None:
+        transport = HoldFirst()
+        async with AsyncSufficiencyClient("http://app", transport=transport) as api:
+            amonitor = await AsyncLiveMonitor.start(api, system_a="new", system_b="base", universe=UNIVERSE)
+            first = asyncio.create_task(amonitor.record(amonitor.order[0], 1.0, 0.0))
+            deadline = time.monotonic() + 30
+            while not transport.held and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            for task in amonitor.order[1:]:
+                if (await amonitor.record(task, 1.0, 0.0)).stop:
+                    break
+            done = amonitor.verdict
+            transport.gate.set()
+            assert (await first).k == done.k and done.stop and amonitor.verdict == done
+
+    asyncio.run(scenario())

@@ -7,14 +7,16 @@ from __future__ import annotations
 import csv
 import io
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from sufficiency_client import ConflictError, InvalidInputError, PlacementMonitor, SufficiencyClient
+from sufficiency_client import ConflictError, InvalidInputError, PlacementMonitor, SufficiencyClient, TransportError
 from tests.conftest import shared_dataset
 from tests.service.conftest import synth_csv, upload
 from tests.service.test_auth import _key, app_client, secured  # noqa: F401  (fixtures)
+from tests.service.test_client import relay
 
 HELD_OUT = "20240524_opencsg_starship_gpt4"
 
@@ -142,6 +144,37 @@ def test_client_place_and_monitor(client: TestClient) -> None:
         monitor.record(seen[0], 0.0)
     resumed = PlacementMonitor(api, placement_id=monitor.placement_id)
     assert resumed.placement.k == monitor.placement.k and list(resumed.tasks()) == []
+
+
+def test_monitor_refresh_after_a_lost_answer_skips_what_the_server_stored(client: TestClient) -> None:
+    """The server stored the outcome but its answer timed out: ``refresh()`` reads the placement's
+    ``observed_task_ids``, so ``tasks()`` moves on."""
+    lose: list[bool] = []
+
+    def maybe_lose(request: httpx.Request) -> None:
+        if lose and request.method == "POST":
+            lose.clear()
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+
+    ds = upload(client, synth_csv(seed=4, n_systems=5, n_tasks=40))
+    monitor = PlacementMonitor(relay(client, maybe_lose), dataset_id=ds["id"], system="fresh", width=1)
+    first = next(monitor.tasks())
+    lose.append(True)
+    with pytest.raises(TransportError):
+        monitor.record(first, 1.0)
+    assert monitor.refresh().k == 1 and next(monitor.tasks()) == monitor.order[1]
+
+
+def test_monitor_refuses_a_non_finite_outcome_before_any_request(client: TestClient) -> None:
+    sent: list[httpx.Request] = []
+    ds = upload(client, synth_csv(seed=4, n_systems=5, n_tasks=40))
+    monitor = PlacementMonitor(relay(client, sent.append), dataset_id=ds["id"], system="fresh", width=1)
+    first, sent[:] = monitor.order[0], []
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(InvalidInputError) as err:
+            monitor.record(first, bad)
+        assert err.value.fields == ["outcome"] and first in str(err.value) and str(bad) in str(err.value)
+    assert sent == [] and monitor.refresh().k == 0
 
 
 def test_placements_belong_to_their_owner_and_need_decide(app_client: TestClient) -> None:  # noqa: F811

@@ -1,8 +1,10 @@
 """Client of the Sufficiency service for benchmark harnesses: HTTP client, error tree, live monitor.
 
-Depends on httpx only, so a harness installs it without the server stack
-(``pip install sufficiency-client``; ``[inspect]`` adds the inspect_ai integration,
-``sufficiency_client.inspect``).
+Depends on httpx only, so a harness installs it without the server stack. Install it from a clone
+of the repository (the name is not published on PyPI):
+``pip install ./clients/python``;
+``pip install './clients/python[inspect]'`` adds the inspect_ai integration,
+``sufficiency_client.inspect``.
 """
 
 from sufficiency_client.client import (
@@ -17,6 +19,7 @@ from sufficiency_client.client import (
     SufficiencyClient,
     SufficiencyError,
     TransportError,
+    UnexpectedResponseError,
     observation,
 )
 from sufficiency_client.harness import AsyncLiveMonitor, LiveMonitor, Verdict
@@ -39,6 +42,7 @@ __all__ = [
     "SufficiencyClient",
     "SufficiencyError",
     "TransportError",
+    "UnexpectedResponseError",
     "Verdict",
     "observation",
 ]

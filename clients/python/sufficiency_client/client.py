@@ -17,12 +17,16 @@ Errors are translated once, here, into a shallow tree:
 
   * ``TransportError`` — the service could not be reached or did not answer in time
     (wraps ``httpx.TransportError``).
-  * ``APIError`` — the service answered with an error; ``status``, ``code`` (the body's
-    ``error``) and ``detail`` (for 422: a list of ``{"field", "message"}``).
+  * ``APIError`` — the service answered with an error, or with a body that is not JSON;
+    ``status``, ``code`` (the body's ``error``) and ``detail`` (for 422: a list of
+    ``{"field", "message"}``).
 
-    * ``InvalidInputError`` (400, 422), ``AuthError`` (401, 403: missing, unknown or
+    * ``InvalidInputError`` (400, 422; also raised before any request for a body JSON cannot
+      carry, such as a NaN outcome), ``AuthError`` (401, 403: missing, unknown or
       under-scoped API key), ``NotFoundError`` (404), ``ConflictError`` (409: e.g. an
-      observation re-posted with another outcome), ``ServerError`` (5xx).
+      observation re-posted with another outcome), ``ServerError`` (5xx),
+      ``UnexpectedResponseError`` (a 2xx whose body is not JSON: a proxy or a captive portal
+      answered, not the service).
 
 With ``SUFFICIENCY_AUTH=required`` on the service, pass ``api_key=`` (sent as
 ``Authorization: Bearer <key>``).
@@ -30,6 +34,7 @@ With ``SUFFICIENCY_AUTH=required`` on the service, pass ``api_key=`` (sent as
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,7 +53,7 @@ class TransportError(SufficiencyError):
 
 
 class APIError(SufficiencyError):
-    """The service answered with an error status."""
+    """The service answered with an error status (or with a body the client cannot read)."""
 
     def __init__(self, status: int, code: str, detail: Any):
         self.status = status
@@ -84,6 +89,12 @@ class ServerError(APIError):
     """5xx: the service failed."""
 
 
+class UnexpectedResponseError(APIError):
+    """A 2xx whose body is not JSON: something other than the service answered (a proxy, a
+    captive portal, a URL that is not the service's). An ``APIError``, so a caller that falls
+    back on service errors falls back on this one too; ``code`` is ``not_json``."""
+
+
 def _error_for(response: httpx.Response) -> APIError:
     try:
         body = response.json()
@@ -113,7 +124,34 @@ def _error_for(response: httpx.Response) -> APIError:
 def _result(response: httpx.Response) -> Any:
     if response.status_code >= 400:
         raise _error_for(response)
-    return response.json()
+    try:
+        return response.json()
+    except ValueError:
+        request, ctype = response.request, response.headers.get("content-type", "none")
+        raise UnexpectedResponseError(
+            response.status_code, "not_json",
+            f"{request.method} {request.url.path} answered {ctype}, not JSON: {response.text[:80]!r}",
+        ) from None
+
+
+def _finite(value: float, field: str, what: str) -> float:
+    """``value`` as a float. NaN and infinities are refused before any request (JSON cannot carry
+    them: httpx would raise a bare ValueError), as an ``InvalidInputError`` naming the field, the
+    shape of the service's 422."""
+    out = float(value)
+    if not math.isfinite(out):
+        raise InvalidInputError(422, "invalid_input", [{"field": field, "message": f"{what}: {out} is not finite"}])
+    return out
+
+
+def _build(http: httpx.Client | httpx.AsyncClient, method: str, path: str, json: Any) -> httpx.Request:
+    """The request, built apart from sending, so that only a body httpx cannot encode as JSON (NaN,
+    infinity) becomes an ``InvalidInputError``: nothing was sent."""
+    try:
+        return http.build_request(method, path, json=json)
+    except ValueError as exc:
+        detail = f"{method} {path}: the body cannot be sent as JSON: {exc}"
+        raise InvalidInputError(422, "invalid_input", detail) from exc
 
 
 def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,8 +196,9 @@ class SufficiencyClient:
             self._http.close()
 
     def _request(self, method: str, path: str, json: Any = None) -> Any:
+        request = _build(self._http, method, path, json)
         try:
-            response = self._http.request(method, path, json=json)
+            response = self._http.send(request)
         except httpx.TransportError as exc:
             raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return _result(response)
@@ -223,8 +262,9 @@ class AsyncSufficiencyClient:
             await self._http.aclose()
 
     async def _request(self, method: str, path: str, json: Any = None) -> Any:
+        request = _build(self._http, method, path, json)
         try:
-            response = await self._http.request(method, path, json=json)
+            response = await self._http.send(request)
         except httpx.TransportError as exc:
             raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return _result(response)
@@ -260,4 +300,5 @@ class AsyncSufficiencyClient:
 
 
 __all__ = ["SufficiencyClient", "AsyncSufficiencyClient", "SufficiencyError", "TransportError", "APIError",
-           "InvalidInputError", "AuthError", "NotFoundError", "ConflictError", "ServerError", "observation"]
+           "InvalidInputError", "AuthError", "NotFoundError", "ConflictError", "ServerError",
+           "UnexpectedResponseError", "observation"]

@@ -23,18 +23,24 @@ the scores of both systems per sample to ``record_outcomes`` and stop when it sa
         return monitor.record_outcomes(sample_id, scores).stop   # True: stop the evaluation
 
 With a fixed-sample rule (``rule="bootstrap"``, ...) the session concludes only at the
-declared checkpoints (``budgets``), so the same loop stays honest. ``AsyncLiveMonitor`` is
-the same for asyncio harnesses (``monitor = await AsyncLiveMonitor.start(client, ...)``).
+declared checkpoints (``budgets``), so the same loop stays honest. ``AsyncLiveMonitor`` records
+and answers the same for asyncio harnesses (``monitor = await AsyncLiveMonitor.start(client, ...)``)
+but has no ``tasks()`` and does not track recorded tasks: iterate ``monitor.order``, and after a
+resume (``session_id=``) skip ``monitor.verdict.state["observed_task_ids"]`` yourself.
 No dependency on any harness framework.
+
+Both monitors may be called concurrently (threads, tasks): the verdict they keep is the newest
+state by ``k``, whatever order the answers arrive in, so a concluded verdict stays concluded.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from sufficiency_client.client import AsyncSufficiencyClient, SufficiencyClient
+from sufficiency_client.client import AsyncSufficiencyClient, SufficiencyClient, _finite
 
 Universe = Mapping[str, str | None] | Sequence[str]
 
@@ -69,6 +75,25 @@ class Verdict:
         )
 
 
+class _State(Protocol):
+    @property
+    def k(self) -> int: ...
+    @property
+    def stop(self) -> bool: ...
+
+
+_S = TypeVar("_S", bound=_State)
+
+
+def _newest(current: _S | None, new: _S) -> _S:
+    """The later of two answers of one session: the server's states only grow in ``k`` (observed
+    tasks), but concurrent calls' answers can arrive in any order; keeping the last one to arrive
+    could turn a concluded verdict back into a running one."""
+    if current is None or new.k > current.k or (new.k == current.k and new.stop >= current.stop):
+        return new
+    return current
+
+
 def _session_body(system_a: str, system_b: str, universe: Universe | None, options: Mapping[str, Any]) -> dict:
     body: dict[str, Any] = {"system_a": system_a, "system_b": system_b, **options}
     if universe is not None:
@@ -82,10 +107,10 @@ def _session_body(system_a: str, system_b: str, universe: Universe | None, optio
 def _rows(system_a: str, system_b: str, task_id: str, outcome_a: float | None, outcome_b: float | None,
           trial: int) -> list[dict[str, Any]]:
     rows = []
-    if outcome_a is not None:
-        rows.append({"task_id": task_id, "system": system_a, "trial": trial, "outcome": float(outcome_a)})
-    if outcome_b is not None:
-        rows.append({"task_id": task_id, "system": system_b, "trial": trial, "outcome": float(outcome_b)})
+    for system, outcome, name in ((system_a, outcome_a, "outcome_a"), (system_b, outcome_b, "outcome_b")):
+        if outcome is not None:
+            value = _finite(outcome, name, f"task {task_id!r} of {system}")
+            rows.append({"task_id": task_id, "system": system, "trial": trial, "outcome": value})
     if not rows:
         raise ValueError("record at least one outcome")
     return rows
@@ -104,26 +129,32 @@ class LiveMonitor:
             state = client.create_session(**_session_body(system_a, system_b, universe, options))
         else:
             state = client.get_session(session_id)
-        self._adopt(state)
-
-    def _adopt(self, state: Mapping[str, Any]) -> None:
         self.session_id: str = str(state["id"])
         self.system_a: str = state["system_a"]
         self.system_b: str = state["system_b"]
         self.order: list[str] = list(state["order"])
         self.verdict = Verdict.of(state)
-        # A resumed session already holds some tasks: tasks() must not offer them again.
-        self._recorded: set[str] = set(state.get("observed_task_ids") or ())
+        self._recorded: set[str] = set()
+        self._lock = threading.Lock()  # threads' answers: compare and keep under one lock
+        self._sync(state)
+
+    def _sync(self, state: Mapping[str, Any]) -> Verdict:
+        """Keep the newer verdict, and every task the server holds (a resumed session, or a record
+        whose answer was lost to a timeout after the server stored it): tasks() skips them."""
+        with self._lock:
+            self._recorded.update(state.get("observed_task_ids") or ())
+            self.verdict = _newest(self.verdict, Verdict.of(state))
+            return self.verdict
 
     def record(self, task_id: str, outcome_a: float | None = None, outcome_b: float | None = None, *,
                trial: int = 0) -> Verdict:
-        """Record the outcomes of one task (either side may come later) and return the verdict.
-        Re-recording the same outcome is harmless (idempotent)."""
+        """Record the outcomes of one task (either side may come later) and return the newest
+        verdict. Re-recording the same outcome is harmless (idempotent); a NaN or infinite
+        outcome is an ``InvalidInputError`` before any request."""
         state = self.client.observe(self.session_id, _rows(self.system_a, self.system_b, task_id, outcome_a,
                                                            outcome_b, trial))
         self._recorded.add(task_id)
-        self.verdict = Verdict.of(state)
-        return self.verdict
+        return self._sync(state)
 
     def record_outcomes(self, task_id: str, outcomes: Mapping[str, float], *, trial: int = 0) -> Verdict:
         """``outcomes`` keyed by system name (``{system_a: 1.0, system_b: 0.0}``)."""
@@ -141,12 +172,15 @@ class LiveMonitor:
                 yield task_id
 
     def refresh(self) -> Verdict:
-        self.verdict = Verdict.of(self.client.get_session(self.session_id))
-        return self.verdict
+        """Read the session again, e.g. after a ``TransportError`` from ``record``: the server may
+        have stored that observation, and ``tasks()`` then no longer offers it."""
+        return self._sync(self.client.get_session(self.session_id))
 
 
 class AsyncLiveMonitor:
-    """Asynchronous adapter; build it with ``await AsyncLiveMonitor.start(client, ...)``."""
+    """Asynchronous adapter; build it with ``await AsyncLiveMonitor.start(client, ...)``.
+    Unlike ``LiveMonitor`` it has no ``tasks()`` and keeps no set of recorded tasks: iterate
+    ``order`` and skip ``verdict.state["observed_task_ids"]`` (after ``refresh()``) yourself."""
 
     def __init__(self, client: AsyncSufficiencyClient, state: Mapping[str, Any]):
         self.client = client
@@ -168,9 +202,11 @@ class AsyncLiveMonitor:
 
     async def record(self, task_id: str, outcome_a: float | None = None, outcome_b: float | None = None, *,
                      trial: int = 0) -> Verdict:
+        """As ``LiveMonitor.record``: the newest verdict by ``k`` (concurrent calls' answers may
+        arrive in any order)."""
         state = await self.client.observe(self.session_id, _rows(self.system_a, self.system_b, task_id,
                                                                  outcome_a, outcome_b, trial))
-        self.verdict = Verdict.of(state)
+        self.verdict = _newest(self.verdict, Verdict.of(state))
         return self.verdict
 
     async def record_outcomes(self, task_id: str, outcomes: Mapping[str, float], *, trial: int = 0) -> Verdict:
@@ -180,7 +216,7 @@ class AsyncLiveMonitor:
         return self.verdict.stop
 
     async def refresh(self) -> Verdict:
-        self.verdict = Verdict.of(await self.client.get_session(self.session_id))
+        self.verdict = _newest(self.verdict, Verdict.of(await self.client.get_session(self.session_id)))
         return self.verdict
 
 

@@ -6,7 +6,10 @@ metadata; the rule (``anytime`` by default: it may be consulted after every samp
 checkpoints are the session's (``/v1/sessions``). Once the session concludes (or exhausts its
 last checkpoint) every sample not yet started is skipped, for both models; samples in flight
 finish. The early-stopping summary of each model's log (``EvalLog.results.early_stopping``)
-carries the decision, the reason, ``k`` and the session id::
+carries the decision, the reason, ``k`` and the session id. The step at which an ``anytime``
+session stops follows the plan order (``current.statistic.stopped_at`` of the session); ``k``,
+the tasks the session had observed when the concluding answer came, can be larger and vary from
+run to run, since pairs scored concurrently reach the session in one batch::
 
     from inspect_ai import Task, eval
     from sufficiency_client.inspect import PairedEarlyStopping
@@ -20,11 +23,14 @@ Observations reach the session in the order inspect schedules the samples (datas
 by epoch), not in the order they finish: a sample's pair is sent once it and every sample
 scheduled before it are scored for both models. Finishing order depends on how long a sample
 takes, which often depends on its outcome; the rules' guarantees assume an order that does not
-(SPEC §4.4). ``sequence="completion"`` sends each pair as soon as it is complete instead (no
-waiting behind a sample that errored without a score, at that cost).
+(SPEC §4.4). A sample that errors without a score therefore holds every later pair (skipping
+it could depend on its outcome); the summary then counts the pairs held (``pairs_held``) and
+names the sample. ``sequence="completion"`` sends each pair as soon as it is complete instead
+(no waiting behind a sample that errored without a score, at that cost).
 
-The service is advice, never a dependency of the eval: if it cannot be reached, or refuses an
-observation, mid-run, the eval runs to the end without early stopping and the summary says so.
+The service is advice, never a dependency of the eval: if it cannot be reached (or something
+else answers, with a body that is not JSON), or refuses an observation, mid-run, the eval runs
+to the end without early stopping and the summary says so.
 A refused declaration (e.g. a bad δ: a 4xx when the session is created) fails the task before
 any sample runs, since that is a configuration error to fix.
 """
@@ -49,6 +55,7 @@ from sufficiency_client.client import (
     AsyncSufficiencyClient,
     SufficiencyClient,
     TransportError,
+    UnexpectedResponseError,
 )
 from sufficiency_client.harness import Verdict
 
@@ -64,6 +71,9 @@ _to_float = value_to_float()
 # The model of the task run a hook is called for: inspect calls ``start_task`` once per model and
 # the other hooks without one, from tasks spawned after ``start_task`` returned in that run.
 _current_model: contextvars.ContextVar[str | None] = contextvars.ContextVar("sufficiency_model", default=None)
+
+# The service is out of reach: a failed connection, or a non-JSON answer from whatever stands in its place.
+_UNREACHABLE = (TransportError, UnexpectedResponseError)
 
 Grouping = str | Callable[[Sample], str | None] | None
 Outcome = Callable[[Mapping[str, "SampleScore"]], float]
@@ -169,18 +179,17 @@ class PairedEarlyStopping:
         epoch); without the service the dataset comes back unchanged (and the session is declared
         when the eval starts)."""
         samples = list(dataset)
-        if self.session_id is None:
-            try:
-                with SufficiencyClient(self.url, timeout=self.timeout, api_key=self.api_key) as client:
-                    state = client.create_session(**self._declaration(samples, epochs))
-            except TransportError as exc:
-                logger.warning("sufficiency: %s; the dataset keeps its own order", exc)
-                self._notes.append(f"recommended order not applied: {exc}")
-                return dataset if isinstance(dataset, Dataset) else MemoryDataset(samples)
-            self._adopt(state)
-        else:
+        try:
             with SufficiencyClient(self.url, timeout=self.timeout, api_key=self.api_key) as client:
-                self._adopt(client.get_session(self.session_id))
+                if self.session_id is None:
+                    state = client.create_session(**self._declaration(samples, epochs))
+                else:
+                    state = client.get_session(self.session_id)
+        except _UNREACHABLE as exc:
+            logger.warning("sufficiency: %s; the dataset keeps its own order", exc)
+            self._notes.append(f"recommended order not applied: {exc}")
+            return dataset if isinstance(dataset, Dataset) else MemoryDataset(samples)
+        self._adopt(state)
         assert self.order is not None
         by_id = {str(s.id): s for s in samples}
         missing = [t for t in self.order if t not in by_id]
@@ -242,7 +251,7 @@ class PairedEarlyStopping:
         if self.session_id is None:
             try:
                 state = await self._client.create_session(**self._declaration(samples, epochs))
-            except TransportError as exc:
+            except _UNREACHABLE as exc:
                 self._fail("unavailable", f"the session could not be declared: {exc}")
                 return
             # an APIError (e.g. 422 for a bad delta) propagates: the task fails before any sample runs
@@ -250,7 +259,7 @@ class PairedEarlyStopping:
         elif self.verdict is None:
             try:
                 self._adopt(await self._client.get_session(self.session_id))
-            except TransportError as exc:
+            except _UNREACHABLE as exc:
                 self._fail("unavailable", f"the session could not be read: {exc}")
                 return
         if self._trials != epochs:
@@ -296,7 +305,7 @@ class PairedEarlyStopping:
             assert self._client is not None
             try:
                 state = await self._client.observe(self.session_id, rows)
-            except TransportError as exc:
+            except _UNREACHABLE as exc:
                 self._fail("unavailable", f"the service could not be reached after {self._sent} tasks: {exc}")
                 return
             except APIError as exc:
@@ -373,6 +382,25 @@ class PairedEarlyStopping:
                     take(key, entry)
         return rows
 
+    def _held(self) -> tuple[int, str | None]:
+        """``schedule`` only: how many scored pairs wait behind the first planned entry not scored by
+        both models, and a note naming that sample (none when a model that lacks it has not started:
+        the "only ... has run" note covers that)."""
+        if self.sequence != "schedule" or self._cursor >= len(self._plan):
+            return 0, None
+        held = sum(1 for key in self._plan[self._cursor + 1:]
+                   if (e := self._pending.get(key)) is not None and e.a is not None and e.b is not None)
+        sample, epoch = self._plan[self._cursor]
+        entry = self._pending.get((sample, epoch), _Pending())
+        lacking = [m for m, value in ((self.model_a, entry.a), (self.model_b, entry.b)) if value is None]
+        if not held or not lacking or not set(lacking) <= self._started:  # lacking none: that pair is being sent
+            return held, None
+        who, where = " and ".join(lacking), f"behind sample {sample!r} (epoch {epoch})"
+        if set(lacking) & self._active:
+            return held, f"{held} scored pair(s) wait {where}, not yet scored by {who}"
+        return held, (f"{held} scored pair(s) held {where}, which {who} ended without scoring (an error?): "
+                      "sequence='schedule' sends pairs in the scheduled order only; 'completion' would not wait")
+
     def _note(self, text: str) -> None:
         if text not in self._notes:
             logger.warning("sufficiency: %s", text)
@@ -402,6 +430,7 @@ class PairedEarlyStopping:
             "N": v.n if v else len({t for t, _ in self._plan}),
             "stopped": self._skipped.get(model or "", 0) > 0,
             "tasks_sent": self._sent,
+            "pairs_held": 0,
             "error": None,
             "notes": list(self._notes),
         }
@@ -416,6 +445,11 @@ class PairedEarlyStopping:
             )
         elif v is not None and not v.stop and len(self._started) < 2:
             out["notes"].append(f"only {model} has run: a pair needs both models (run them in one eval call)")
+        if self._problem is None and v is not None and not v.stop:
+            out["pairs_held"], note = self._held()
+            if note is not None:
+                logger.warning("sufficiency: %s", note)
+                out["notes"].append(note)
         return out
 
 

@@ -12,16 +12,20 @@ placement's order, record each outcome, stop when the rank interval is narrow en
         print(monitor.placement.rank_low, monitor.placement.rank_high, monitor.placement.k)
 
 The order is fixed when the placement is created and does not depend on the entry's
-outcomes: that is what keeps the anytime guarantee whenever the loop stops.
+outcomes: that is what keeps the anytime guarantee whenever the loop stops. As with
+``LiveMonitor``, the placement kept is the newest by ``k`` whatever order concurrent answers
+arrive in; ``AsyncPlacementMonitor`` has neither ``tasks()`` nor ``refresh()``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sufficiency_client.client import AsyncSufficiencyClient, SufficiencyClient
+from sufficiency_client.client import AsyncSufficiencyClient, SufficiencyClient, _finite
+from sufficiency_client.harness import _newest
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Placement:
 
 
 def _row(task_id: str, outcome: float, trial: int) -> dict[str, Any]:
-    return {"task_id": task_id, "trial": trial, "outcome": float(outcome)}
+    return {"task_id": task_id, "trial": trial, "outcome": _finite(outcome, "outcome", f"task {task_id!r}")}
 
 
 class PlacementMonitor:
@@ -78,15 +82,24 @@ class PlacementMonitor:
             state = client.get_placement(placement_id)
         self.placement_id: str = str(state["id"])
         self.order: list[str] = list(state["order"])
-        self._recorded: set[str] = set(state.get("observed_task_ids") or ())
         self.placement = Placement.of(state)
+        self._recorded: set[str] = set()
+        self._lock = threading.Lock()
+        self._sync(state)
+
+    def _sync(self, state: Mapping[str, Any]) -> Placement:
+        """Keep the newer placement and every task the server holds (see ``LiveMonitor._sync``)."""
+        with self._lock:
+            self._recorded.update(state.get("observed_task_ids") or ())
+            self.placement = _newest(self.placement, Placement.of(state))
+            return self.placement
 
     def record(self, task_id: str, outcome: float, *, trial: int = 0) -> Placement:
-        """Record one outcome of the entry (re-recording the same one is harmless)."""
+        """Record one outcome of the entry (re-recording the same one is harmless); a NaN or
+        infinite outcome is an ``InvalidInputError`` before any request."""
         state = self.client.observe_placement(self.placement_id, [_row(task_id, outcome, trial)])
         self._recorded.add(task_id)
-        self.placement = Placement.of(state)
-        return self.placement
+        return self._sync(state)
 
     def should_stop(self) -> bool:
         return self.placement.stop
@@ -100,8 +113,9 @@ class PlacementMonitor:
                 yield task_id
 
     def refresh(self) -> Placement:
-        self.placement = Placement.of(self.client.get_placement(self.placement_id))
-        return self.placement
+        """Read the placement again, e.g. after a ``TransportError`` from ``record``: the server
+        may have stored that outcome, and ``tasks()`` then no longer offers it."""
+        return self._sync(self.client.get_placement(self.placement_id))
 
 
 class AsyncPlacementMonitor:
@@ -133,7 +147,7 @@ class AsyncPlacementMonitor:
 
     async def record(self, task_id: str, outcome: float, *, trial: int = 0) -> Placement:
         state = await self.client.observe_placement(self.placement_id, [_row(task_id, outcome, trial)])
-        self.placement = Placement.of(state)
+        self.placement = _newest(self.placement, Placement.of(state))
         return self.placement
 
     def should_stop(self) -> bool:
