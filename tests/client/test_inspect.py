@@ -314,3 +314,54 @@ def test_the_example_prints_one_json_line(server: Server, tmp_path: Path) -> Non
     assert line["decision"] == "accept" and line["samples_total"] == 120
     assert all(n < 120 for n in line["samples_run"].values())
     assert line["session_id"] and server.session(line["session_id"])["status"] == "concluded"
+
+
+@pytest.mark.parametrize("recommended", [True, False], ids=["recommended-order", "dataset-order"])
+def test_resuming_skips_the_tasks_the_session_holds_and_posts_nothing_again(
+    server: Server, tmp_path: Path, recommended: bool
+) -> None:
+    """A session already holds 10 tasks for both models, one of them with an outcome the new run
+    would not give (a non-deterministic model): resumed with ``session_id=``, neither model runs
+    them again, nothing of them is posted again (no 409), and early stopping stays on."""
+    samples, table = example.mock_benchmark(160)
+    with SufficiencyClient(server.url) as api:
+        s = api.create_session(system_a=A, system_b=B, universe={
+            "task_ids": [x.id for x in samples], "groups": [x.metadata["repo"] for x in samples]})
+        held = s["order"][:10]
+        stored = {m: {t: float(table[m][t]) for t in held} for m in (A, B)}
+        stored[A][held[3]] = 1.0 - stored[A][held[3]]  # the earlier run of that sample went the other way
+        rows = [{"task_id": t, "system": m, "trial": 0, "outcome": stored[m][t]} for t in held for m in (A, B)]
+        first = api.observe(s["id"], rows)
+        assert first["k"] == 10 and first["observed_task_ids"] == held and first["status"] == "running"
+
+    posted: list[dict[str, Any]] = []
+
+    async def recording(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/observations"):
+            posted.extend(json.loads(request.content)["observations"])
+        async with httpx.AsyncClient() as http:
+            answer = await http.send(request)
+        return httpx.Response(answer.status_code, content=answer.content, headers=answer.headers)
+
+    stopping = PairedEarlyStopping(server.url, model_a=A, model_b=B, session_id=s["id"], group="repo",
+                                   transport=httpx.MockTransport(recording))
+    task = example.paired_task(samples, stopping, recommended=recommended)
+    logs = run_eval(task, example.mock_models(table), tmp_path, max_samples=8)
+    state = server.session(s["id"])
+    assert posted and not {r["task_id"] for r in posted} & set(held)  # nothing held was sent again
+    assert state["observed_task_ids"][:10] == held and state["status"] == "concluded"
+    for model, log in logs.items():
+        summary = log.results.early_stopping
+        meta = summary.metadata
+        assert meta["status"] == "concluded" and meta["error"] is None and meta["decision"] == "accept", meta
+        assert meta["already_observed"] == 10 and meta["stopped"] is True
+        ran = {x.id for x in log.samples}
+        assert not ran & set(held), model  # not run again
+        again = [e for e in summary.early_stops if e.id in held]
+        assert sorted(e.id for e in again) == sorted(held)
+        assert all("already holds" in (e.reason or "") for e in again)
+        assert sorted(ran | {e.id for e in summary.early_stops}) == sorted(x.id for x in samples)
+    # The session's difference counts the held outcomes as stored (the flipped one too), then the new pairs.
+    seen = state["observed_task_ids"][: state["k"]]
+    expected = sum(stored[A].get(t, float(table[A][t])) - stored[B].get(t, float(table[B][t])) for t in seen)
+    assert state["current"]["mean_difference"] == pytest.approx(expected / len(seen))

@@ -5,11 +5,14 @@ two models in one ``eval`` call. Sample ids pair the two runs; a sample's group 
 metadata; the rule (``anytime`` by default: it may be consulted after every sample), δ and
 checkpoints are the session's (``/v1/sessions``). Once the session concludes (or exhausts its
 last checkpoint) every sample not yet started is skipped, for both models; samples in flight
-finish. The early-stopping summary of each model's log (``EvalLog.results.early_stopping``)
-carries the decision, the reason, ``k`` and the session id. The step at which an ``anytime``
-session stops follows the plan order (``current.statistic.stopped_at`` of the session); ``k``,
-the tasks the session had observed when the concluding answer came, can be larger and vary from
-run to run, since pairs scored concurrently reach the session in one batch::
+finish. Continuing a session (``session_id=``), the samples whose task it already holds for both
+models are skipped too and not posted again (``already_observed`` in the summary counts them),
+with or without ``recommended_order``. The early-stopping summary of each model's log
+(``EvalLog.results.early_stopping``) carries the decision, the reason, ``k`` and the session id.
+The step at which an ``anytime`` session stops follows the plan order
+(``current.statistic.stopped_at`` of the session); ``k``, the tasks the session had observed when
+the concluding answer came, can be larger and vary from run to run, since pairs scored
+concurrently reach the session in one batch::
 
     from inspect_ai import Task, eval
     from sufficiency_client.inspect import PairedEarlyStopping
@@ -95,7 +98,8 @@ class PairedEarlyStopping:
     coverage floors; ``scorer``: which score is the outcome when the task has several (default:
     the only one); ``outcome``: a function of a sample's scores to an outcome in [0, 1] instead.
     Other keywords are session options (``rule``, ``delta``, ``a``, ``floor``, ``budgets``,
-    ``policy``, ``seed``). ``session_id=`` continues a session declared earlier.
+    ``policy``, ``seed``). ``session_id=`` continues a session declared earlier, skipping the
+    samples whose task it already holds for both models.
     """
 
     def __init__(
@@ -131,6 +135,8 @@ class PairedEarlyStopping:
         self._started: set[str] = set()
         self._scheduled: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
+        self._observed: set[str] = set()  # tasks the session held for both models when adopted
+        self._resumed: dict[str, int] = {}  # per model: samples skipped because the session held them
         self._plan: list[tuple[str, int]] = []
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._cursor = 0
@@ -177,7 +183,8 @@ class PairedEarlyStopping:
         and seeded: every prefix meets the coverage floors), so inspect schedules the samples in
         that order. Call it before building the ``Task`` (``epochs``: the eval's, one trial per
         epoch); without the service the dataset comes back unchanged (and the session is declared
-        when the eval starts)."""
+        when the eval starts). Resuming (``session_id=``), the tasks the session already holds stay
+        in the dataset and are skipped when inspect schedules them."""
         samples = list(dataset)
         try:
             with SufficiencyClient(self.url, timeout=self.timeout, api_key=self.api_key) as client:
@@ -207,7 +214,16 @@ class PairedEarlyStopping:
         self.session_id = str(state["id"])
         self.order = list(state["order"])
         self._trials = int(state.get("trials", 1))
+        self._observed = {str(t) for t in state.get("observed_task_ids") or ()}
         self.verdict = Verdict.of(state)
+        self._mark_observed()
+
+    def _mark_observed(self) -> None:
+        """The planned entries of tasks the session already holds count as sent: they are neither
+        run nor posted again, and the pairs after them do not wait for them."""
+        for key in self._plan:
+            if key[0] in self._observed:
+                self._pending.setdefault(key, _Pending()).sent = True
 
     # -- the EarlyStopping protocol --------------------------------------------------------
 
@@ -233,6 +249,7 @@ class PairedEarlyStopping:
         self._started.add(model)
         self._scheduled[model] = 0
         self._skipped[model] = 0
+        self._resumed[model] = 0
         if self._client is None:
             self._client = AsyncSufficiencyClient(
                 self.url, timeout=self.timeout, api_key=self.api_key, transport=self.transport
@@ -244,6 +261,7 @@ class PairedEarlyStopping:
         plan = [(str(s.id), epoch) for epoch in range(1, epochs + 1) for s in samples]
         if not self._plan:
             self._plan = plan
+            self._mark_observed()  # when recommended_order adopted the session before the plan was known
         elif sorted(plan) != sorted(self._plan):
             raise ValueError("the two models run different samples; they cannot be paired")
         if self._problem is not None:
@@ -269,10 +287,23 @@ class PairedEarlyStopping:
         model = self._model()
         first = self._scheduled.get(model, 0) == 0
         self._scheduled[model] = self._scheduled.get(model, 0) + 1
-        # The first sample of a run always runs: inspect drops the summary when every sample stops.
-        if first or self.verdict is None or not self.verdict.stop or self._problem is not None:
-            return None
         v = self.verdict
+        stop = v is not None and v.stop and self._problem is None
+        # The first sample of a run that would skip them all runs: inspect drops the summary when
+        # every sample stops (a concluded session, or one that already holds every planned task).
+        if first and (stop or all(t in self._observed for t, _ in self._plan)):
+            return None
+        if str(id) in self._observed:
+            self._resumed[model] = self._resumed.get(model, 0) + 1
+            return EarlyStop(
+                id=id,
+                epoch=epoch,
+                reason=f"sufficiency session {self.session_id} already holds this task for both models",
+                metadata={"session_id": self.session_id, "already_observed": True},
+            )
+        if not stop:
+            return None
+        assert v is not None
         self._skipped[model] = self._skipped.get(model, 0) + 1
         return EarlyStop(
             id=id,
@@ -284,6 +315,8 @@ class PairedEarlyStopping:
     async def complete_sample(self, id: str | int, epoch: int, scores: dict[str, SampleScore]) -> None:
         if self._problem is not None or self.session_id is None or (self.verdict and self.verdict.stop):
             return
+        if str(id) in self._observed:
+            return  # held already (the one sample run to keep the summary): never posted again
         model = self._model()
         try:
             value = self._outcome(scores)
@@ -372,6 +405,9 @@ class PairedEarlyStopping:
             while self._cursor < len(self._plan):
                 key = self._plan[self._cursor]
                 entry = self._pending.get(key)
+                if entry is not None and entry.sent:  # held by the session already
+                    self._cursor += 1
+                    continue
                 if entry is None or entry.a is None or entry.b is None:
                     break
                 take(key, entry)
@@ -386,11 +422,14 @@ class PairedEarlyStopping:
         """``schedule`` only: how many scored pairs wait behind the first planned entry not scored by
         both models, and a note naming that sample (none when a model that lacks it has not started:
         the "only ... has run" note covers that)."""
-        if self.sequence != "schedule" or self._cursor >= len(self._plan):
+        cursor = self._cursor
+        while cursor < len(self._plan) and (e := self._pending.get(self._plan[cursor])) is not None and e.sent:
+            cursor += 1  # entries the session held already
+        if self.sequence != "schedule" or cursor >= len(self._plan):
             return 0, None
-        held = sum(1 for key in self._plan[self._cursor + 1:]
-                   if (e := self._pending.get(key)) is not None and e.a is not None and e.b is not None)
-        sample, epoch = self._plan[self._cursor]
+        held = sum(1 for key in self._plan[cursor + 1:]
+                   if (e := self._pending.get(key)) is not None and not e.sent and e.a is not None and e.b is not None)
+        sample, epoch = self._plan[cursor]
         entry = self._pending.get((sample, epoch), _Pending())
         lacking = [m for m, value in ((self.model_a, entry.a), (self.model_b, entry.b)) if value is None]
         if not held or not lacking or not set(lacking) <= self._started:  # lacking none: that pair is being sent
@@ -429,6 +468,7 @@ class PairedEarlyStopping:
             "k": v.k if v else 0,
             "N": v.n if v else len({t for t, _ in self._plan}),
             "stopped": self._skipped.get(model or "", 0) > 0,
+            "already_observed": self._resumed.get(model or "", 0),
             "tasks_sent": self._sent,
             "pairs_held": 0,
             "error": None,
@@ -438,7 +478,9 @@ class PairedEarlyStopping:
             out["mean_difference"] = v.state["current"].get("mean_difference")
         if self._problem is not None:
             out.update(self._problem)
-            out["notes"].append("early stopping was switched off for the rest of the run; every sample ran")
+            resumed = self._resumed.get(model or "", 0)
+            out["notes"].append("early stopping was switched off for the rest of the run; every sample ran"
+                                + (f" but the {resumed} the session already held" if resumed else ""))
         elif v is not None and not v.stop and self._active:
             out["notes"].append(
                 f"the session had not concluded when {model} finished; {', '.join(sorted(self._active))} still running"
