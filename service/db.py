@@ -143,11 +143,19 @@ def insert_new_rows(session: Session, model: type[Base], rows: Sequence[dict[str
     The caller serialises inserts under one parent (a lock on its row, held to the commit):
     overlapping requests in their own orders could otherwise deadlock on Postgres, and a
     request's answer must see every row stored before its own."""
-    if not rows:
-        return 0
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    stmt = insert(model).values(list(rows)).on_conflict_do_nothing(index_elements=list(key))
-    return len(session.execute(stmt.returning(*model.__table__.primary_key.columns)).all())
+    added = 0
+    for start in range(0, len(rows), INSERT_ROWS):  # statements in turn: the ids still follow the rows
+        stmt = insert(model).values(list(rows[start : start + INSERT_ROWS]))
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+        added += len(session.execute(stmt.returning(*model.__table__.primary_key.columns)).all())
+    return added
+
+
+INSERT_ROWS = 5_000
+"""Rows per statement of ``insert_new_rows``: Postgres takes at most 65,535 parameters in one
+statement, and a row of observations carries six (one append of 20,000 tasks for two systems
+was one statement of 240,000, refused: a 503 that no retry could mend)."""
 
 
 def run_migrations(url: str, migrations_dir: Path, revision: str = "head") -> None:

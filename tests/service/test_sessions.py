@@ -350,3 +350,23 @@ def test_appends_to_one_session_wait_for_each_other(client: TestClient) -> None:
     finally:
         pool.shutdown(wait=True)
     assert client.get(f"/v1/sessions/{sid}").json()["observed_task_ids"] == first + second
+
+
+def test_an_append_past_one_statements_parameters_is_stored_whole_and_in_order(client: TestClient,
+                                                                              monkeypatch) -> None:
+    """Postgres takes at most 65,535 parameters in a statement: 6,000 tasks for two systems
+    (72,000) were refused as a 503. Rows go in statements of ``INSERT_ROWS``, in order."""
+    import service.db
+
+    ids = [f"w{i:05d}" for i in range(6_000)]
+    r = client.post("/v1/sessions", json={"universe": {"task_ids": ids}, "system_a": "new", "system_b": "old"})
+    order = [ids[i] for i in np.random.default_rng(5).permutation(len(ids))]
+    big = _post(client, r.json()["id"], [row for t in order for row in _pair(t, 1.0, 0.0)])
+    assert big["added"] == 12_000 and big["k"] == 6_000 and big["observed_task_ids"] == order
+    monkeypatch.setattr(service.db, "INSERT_ROWS", 7)  # many statements: the order holds across them
+    sid = _ordered_session(client)
+    order = [ORDERED_IDS[i] for i in np.random.default_rng(6).permutation(len(ORDERED_IDS))][:40]
+    rows = [row for t in order for row in _pair(t, *ORDERED_Y[t])]
+    assert _post(client, sid, rows[:20])["added"] == 20
+    st = _post(client, sid, rows)  # half of them again: duplicates, counted apart
+    assert (st["added"], st["duplicates"], st["observed_task_ids"]) == (60, 20, order)
