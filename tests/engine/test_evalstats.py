@@ -536,3 +536,32 @@ def test_paired_bootstrap_memory_is_bounded_by_cells_not_tasks(clustered):
         tracemalloc.stop()
     assert iv.low < iv.high
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
+def test_failure_bounds_and_runs_keep_their_digits_for_small_rates():
+    """Failure bounds are computed as themselves, not as 1 - a success bound: for 10^15 clean
+    runs ``1 - alpha**(1/n)`` kept three digits (2.9976e-15 for 2.99573e-15), and the runs for
+    a 1e-12 target came out 10^8 too few. Checked against 60-digit decimal arithmetic."""
+    from decimal import Decimal, getcontext
+
+    from service.engine.intervals import binomial_bounds
+    from service.engine.samplesize import runs_for_bound
+
+    getcontext().prec = 60
+    alpha = Decimal("0.05")
+    n = 10**15
+    exact = 1 - (alpha.ln() / n).exp()
+    assert binomial_bounds(n, n).failure_upper == pytest.approx(float(exact), rel=1e-12)
+    assert binomial_bounds(0, n).success_upper == pytest.approx(float(exact), rel=1e-12)
+    for target in (1e-9, 1e-12, 1e-14):
+        t = Decimal(target)  # the float's exact value
+        closed = alpha.ln() / (1 - t).ln()
+        assert runs_for_bound(target) == int(closed) + (closed != int(closed))
+
+    def at_most_one(runs: int, p: Decimal) -> Decimal:  # P(X <= 1) for X ~ Binomial(runs, p)
+        return (1 - p) ** runs + runs * p * (1 - p) ** (runs - 1)
+
+    for target in (1e-6, 1e-12):
+        runs = runs_for_bound(target, failures=1)
+        t = Decimal(target)
+        assert at_most_one(runs, t) <= alpha < at_most_one(runs - 1, t)  # the fewest such runs
