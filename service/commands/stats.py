@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -124,6 +125,10 @@ def _guard(fn):
         except OSError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except ArithmeticError:  # an input at the edge of floating point (say 1e-170): as the API's 422
+            print("error: these inputs have no finite answer in floating point (a value too near 0, or too "
+                  "large)", file=sys.stderr)
+            return 2
 
     return run
 
@@ -152,7 +157,7 @@ def _runs(args):
 @_guard
 def _margin(args):
     return _emit({"n": args.n, "p": args.p, "level": args.level,
-                  "margin": margin_of_error(args.n, args.p, args.level)})
+                  "margin": _finite(margin_of_error(args.n, args.p, args.level))})
 
 
 @_guard
@@ -163,7 +168,16 @@ def _tasks(args):
 
 @_guard
 def _gap(args):
-    return _emit(min_significant_gap(args.n, args.p, args.rho, args.level))
+    gap = min_significant_gap(args.n, args.p, args.rho, args.level)
+    _finite(gap.unpaired), _finite(gap.paired)
+    return _emit(gap)
+
+
+def _finite(value: float) -> float:
+    """``value``, or the guard's error where it is not finite (as the API's 422, not a null)."""
+    if not math.isfinite(value):
+        raise FloatingPointError(value)
+    return value
 
 
 @_guard

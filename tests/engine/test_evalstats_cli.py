@@ -93,3 +93,18 @@ def test_a_failure_rate_too_small_for_any_run_count_is_an_error_naming_it(target
     assert main(["stats", "runs", "--max-failure-rate", target]) == 2
     err = capsys.readouterr().err
     assert "--max-failure-rate" in err and "runs would be needed" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["stats", "tasks", "--margin", "1e-170"],  # was a ZeroDivisionError traceback
+    ["stats", "tasks", "--margin", "1e-160"],  # OverflowError
+    ["stats", "power", "--delta", "1e-160"],
+    ["stats", "power", "--delta", "0.05", "--sd-diff", "1e300"],
+    ["stats", "margin", "--n", "5e-324"],  # printed a null margin with exit code 0
+    ["stats", "gap", "--n", "1e-320"],
+])
+def test_calculators_at_the_edge_of_floating_point_are_errors_not_tracebacks(argv, capsys):
+    """As the API's 422: exit code 2 and a sentence, where the CLI raised or printed null."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "no finite answer" in captured.err and captured.out == ""
