@@ -22,7 +22,7 @@ import numpy as np
 from service.engine import binom
 from service.engine.intervals import Interval, clopper_pearson_interval, normal_interval, t_interval, wilson_interval
 from service.engine.passk import PassK, pass_k_curve
-from service.engine.records import Records, group_labels
+from service.engine.records import Records, group_labels, parse_group_key
 from service.engine.statbase import StatsInputError, _count, _level, _system_index, _z
 
 BOOTSTRAP_CELLS = 1 << 21
@@ -152,9 +152,13 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> Clus
 
 
 def _labels(records: Records, cluster: str | Sequence[str] | None) -> np.ndarray | None:
+    """Each task's cluster, or None without a key (``None``, or an empty string). A key of
+    commas alone names no column: it is refused, where it made one cluster of every task."""
     if cluster is None or (isinstance(cluster, str) and not cluster.strip()):
         return None
     try:
+        if not parse_group_key(cluster):
+            raise ValueError(f"the key {cluster!r} names no column: give a column (or 'col1,col2'), or no key")
         labels, _ = group_labels(records, cluster)
     except ValueError as exc:
         raise StatsInputError("cluster", str(exc)) from None
@@ -248,7 +252,9 @@ def paired_cluster_bootstrap(
     ``d[t]``; the trials are never resampled on their own, which would treat repeats as
     independent tasks and understate the error. With ``clusters`` the resampled units are
     whole clusters (every task of the group), and each resample's statistic is
-    ``sum d / number of tasks drawn``. Randomness comes only from ``rng``.
+    ``sum d / number of tasks drawn``. Randomness comes only from ``rng``. With one unit (one
+    task, or one cluster) there is nothing to resample: the bounds are NaN, as the clustered
+    t-interval's are with fewer than two clusters.
     """
     level = _level(level)
     n_boot = _count(n_boot, "n_boot", 1)
@@ -262,6 +268,8 @@ def paired_cluster_bootstrap(
         sums = np.bincount(g, weights=d)
         sizes = np.bincount(g).astype(np.float64)
     units = sums.size
+    if units < 2:  # every resample is the one unit: a zero-width interval that says nothing
+        return Interval(math.nan, math.nan, "paired_cluster_bootstrap")
     # Batches are sized by cells, not resamples, so memory stays bounded at any size. The
     # batch size does not change the result: ``rng.integers`` draws a (b1 + b2, units) block
     # as the same stream as a (b1, units) then a (b2, units) block (the bit generator keeps

@@ -489,6 +489,10 @@ def test_paired_bootstrap_is_bit_identical_whatever_the_cell_bound(monkeypatch, 
     d = rng.integers(-1, 2, n_tasks) + rng.normal(0, 0.1, n_tasks)
     clusters = rng.integers(0, max(1, n_tasks // 4), n_tasks) if clustered else None
     n_boot = 613
+    if (n_tasks if clusters is None else np.unique(clusters).size) < 2:  # one unit: nothing to resample
+        iv = E.paired_cluster_bootstrap(d, 0.9, np.random.default_rng(3), n_boot, clusters)
+        assert math.isnan(iv.low) and math.isnan(iv.high)
+        return
     iv, means = _bootstrap_means(monkeypatch, d, 3, n_boot, clusters)
     old = _old_bootstrap_means(d, np.random.default_rng(3), n_boot, clusters)
     assert means.tobytes() == old.tobytes()
@@ -565,3 +569,27 @@ def test_failure_bounds_and_runs_keep_their_digits_for_small_rates():
         runs = runs_for_bound(target, failures=1)
         t = Decimal(target)
         assert at_most_one(runs, t) <= alpha < at_most_one(runs - 1, t)  # the fewest such runs
+
+
+def test_a_key_of_commas_is_refused_and_one_unit_gives_no_bootstrap_interval():
+    """``cluster=","`` named no column and made one cluster of every task: every interval null,
+    every system tied. A bootstrap over one unit (one cluster, or one task) resampled it alone
+    and gave a zero-width interval; its bounds are now NaN, as the clustered t's are."""
+    from service.engine.evalstats import paired_cluster_bootstrap
+    from service.engine.leaderboard import leaderboard
+    from service.engine.statbase import StatsInputError
+    from service.engine.synth import generate
+
+    records = from_rows(generate(n_systems=3, n_tasks=40, n_groups=4, seed=2))
+    for key in (",", " , ", ",,"):
+        with pytest.raises(StatsInputError) as exc:
+            leaderboard(records, cluster=key)
+        assert exc.value.field == "cluster" and "names no column" in exc.value.message
+    assert leaderboard(records, cluster="").cluster is None  # an empty key is no key, as before
+    d = np.array([1.0, -1.0, 0.0, 1.0])
+    rng = np.random.default_rng(0)
+    one = paired_cluster_bootstrap(d, 0.95, rng, 200, clusters=np.zeros(4, dtype=int))
+    assert np.isnan(one.low) and np.isnan(one.high)
+    assert np.isnan(paired_cluster_bootstrap(d[:1], 0.95, rng, 200).low)
+    two = paired_cluster_bootstrap(d, 0.95, rng, 200, clusters=np.array([0, 0, 1, 1]))
+    assert two.low < two.high
