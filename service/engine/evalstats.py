@@ -151,6 +151,13 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> Clus
 # --------------------------------------------------------------------------- single systems
 
 
+SAME_SCORE = 1e-12
+"""Differences of scores up to this are no difference: the leaderboard ranks scores equal to 12
+decimals in one block, and a constant difference this small is the rounding of means over
+different numbers of trials (0.1 and 0.2 average to 0.15000000000000002, not 0.15), which a
+zero standard error turned into p = 0, a significant lead the letters did not show."""
+
+
 def _labels(records: Records, cluster: str | Sequence[str] | None) -> np.ndarray | None:
     """Each task's cluster, or None without a key (``None``, or an empty string). A key of
     commas alone names no column: it is refused, where it made one cluster of every task."""
@@ -302,7 +309,8 @@ def _paired_test(
     * no cluster key and single-trial 0/1 outcomes: exact McNemar;
     * otherwise a paired t-test on ``d`` with the CR1 standard error and ``G - 1`` degrees
       of freedom (``G`` = clusters, or tasks without a key: then it is the ordinary paired
-      t-test). A zero standard error gives p = 1 when the mean is 0, else p = 0.
+      t-test). A zero standard error gives p = 1 when the mean is 0 (to ``SAME_SCORE``), else
+      p = 0.
 
     :func:`paired_tests` runs this for all pairs of a leaderboard at once and must give the
     same bits: change both together (``tests/engine/test_leaderboard_pairs.py`` compares them).
@@ -317,7 +325,7 @@ def _paired_test(
     if not math.isfinite(se):
         return name, se, math.nan, cl if labels is not None else None
     if se == 0.0:
-        p = 1.0 if cl.mean == 0.0 else 0.0
+        p = 1.0 if abs(cl.mean) <= SAME_SCORE else 0.0
     else:
         from scipy import stats  # on first use, not at import (engine/binom.py says why)
         p = float(2.0 * stats.t.sf(abs(cl.mean) / se, cl.n_clusters - 1))
@@ -416,7 +424,7 @@ def paired_tests(records: Records, a: np.ndarray, b: np.ndarray, labels: np.ndar
     p[ran] = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(n_plus, n_minus)[ran], discordant[ran], 0.5))
     t_test = (test >= 2) & np.isfinite(se)
     flat = t_test & (se == 0.0)
-    p[flat] = np.where(diff[flat] == 0.0, 1.0, 0.0)
+    p[flat] = np.where(np.abs(diff[flat]) <= SAME_SCORE, 1.0, 0.0)
     spread = t_test & (se != 0.0)
     if spread.any():
         from scipy import stats  # on first use, not at import (engine/binom.py says why)

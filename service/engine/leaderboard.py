@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.evalstats import PAIR_TESTS, PairedTests, SystemStats, _labels, _system_stats, paired_tests
+from service.engine.evalstats import (
+    PAIR_TESTS,
+    SAME_SCORE,
+    PairedTests,
+    SystemStats,
+    _labels,
+    _system_stats,
+    paired_tests,
+)
 from service.engine.intervals import t_interval
 from service.engine.letters import TooManyLetters, compact_letters, rank_bounds
 from service.engine.records import Records, parse_group_key
@@ -347,7 +355,7 @@ def leaderboard(
     if matrix or ties == "leader":
         every = np.arange(tests.p_value.size)
         full = _comparisons(ranked_names, pairs, tests, bounds, every, p_full, alpha, method)
-    real = (p_full <= alpha) & (tests.diff != 0)  # NaN p-values are never distinguishable
+    real = (p_full <= alpha) & (np.abs(tests.diff) > SAME_SCORE)  # NaN p-values are never distinguishable
     up = real & (tests.diff > 0)
     better = np.zeros((n, n), dtype=bool)
     better[pairs[0][up], pairs[1][up]] = True

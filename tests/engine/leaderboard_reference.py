@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from service.engine.evalstats import _binary_single, _labels, _pair_arrays, _paired_test, _system_stats
+from service.engine.evalstats import SAME_SCORE, _binary_single, _labels, _pair_arrays, _paired_test, _system_stats
 from service.engine.intervals import t_interval
 from service.engine.leaderboard import (
     CORRECTIONS,
@@ -119,7 +119,7 @@ def reference_leaderboard(
     adjacent = _comparisons([raw[(i, i + 1)] for i in range(n - 1)], correction, alpha)
     better = np.zeros((n, n), dtype=bool)
     for (i, j), c in zip(pairs, full, strict=True):
-        if c.distinguishable and c.diff != 0:
+        if c.distinguishable and abs(c.diff) > SAME_SCORE:
             better[(i, j) if c.diff > 0 else (j, i)] = True
     low, high = rank_bounds(better)
     means = [all_stats[s].mean for s in order]

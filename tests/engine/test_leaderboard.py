@@ -486,3 +486,24 @@ def test_letter_columns_edge_patterns():
     for i, j in [(0, 3), (1, 2), (1, 3)]:
         sep[i, j] = sep[j, i] = True
     assert letters.letter_columns(sep) == _reference_letter_columns(sep) == [3, 5, 12]
+
+
+def test_scores_equal_but_for_rounding_are_tied_everywhere():
+    """A's trials 0.1 and 0.2 average to 0.15000000000000002 on every task, B's and C's single
+    trial is 0.15: a constant difference of 2.8e-17 with a zero standard error was p = 0, so A
+    ranked 1-1 ahead of B and C while the letters and tie groups (equal to 12 decimals) tied
+    all three. Now every view ties them."""
+    rows = []
+    for t in range(30):
+        g = f"g{t % 5}"
+        rows += [{"system": "A", "task_id": f"t{t}", "group": g, "trial": 0, "outcome": 0.1},
+                 {"system": "A", "task_id": f"t{t}", "group": g, "trial": 1, "outcome": 0.2},
+                 {"system": "B", "task_id": f"t{t}", "group": g, "outcome": 0.15},
+                 {"system": "C", "task_id": f"t{t}", "group": g, "outcome": 0.15}]
+    rec = from_rows(rows)
+    assert rec.y[rec.systems.index("A")][0] != 0.15  # the rounding this is about
+    for cluster in (None, "group"):
+        lb = L.leaderboard(rec, cluster=cluster, matrix=True)
+        assert [(r.rank_low, r.rank_high) for r in lb.rows] == [(1, 3)] * 3
+        assert all(c.p_value == 1.0 and not c.distinguishable for c in lb.matrix)
+        assert len({r.letters for r in lb.rows}) == 1
