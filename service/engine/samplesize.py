@@ -112,10 +112,19 @@ def tasks_for_paired_difference(
     approximation: ``n = ceil((z_{1-alpha/2} + z_{power})² · sigma_D² / delta²)`` with
     ``sigma_D² = 2 p (1 - p) (1 - rho)`` (two scores of variance ``p (1 - p)`` and
     correlation ``rho``) unless ``sd_diff`` gives ``sigma_D`` directly. At least 2.
+
+    Refused where the formula has no meaning: ``sigma_D = 0`` (``rho = 1``, ``p`` of 0 or 1, or
+    ``sd_diff = 0``: the per-task difference is a constant, so no difference δ arises), which
+    answered 2 tasks for any δ; and ``power <= alpha / 2``, where ``z_{1-alpha/2} + z_{power}``
+    is not positive and its square grew again as the power fell (2 tasks for 2.5 %, 246,222
+    for 1e-300).
     """
     d = _unit(abs(float(delta)), "delta", low_open=True)
     pw = _unit(power, "power", low_open=True, high_open=True)
     level = _level(level)
+    if pw <= (1.0 - level) / 2.0:
+        raise StatsInputError("power", f"must exceed alpha / 2 = {(1.0 - level) / 2.0:.6g}: a test at level {level:g} "
+                                       "rejects that often with no difference at all")
     if sd_diff is None:
         p = _unit(p, "p")
         r = float(rho)
@@ -127,5 +136,9 @@ def tasks_for_paired_difference(
         if not math.isfinite(sd) or sd < 0:
             raise StatsInputError("sd_diff", f"must be a finite number >= 0, got {sd_diff!r}")
         var = sd * sd
+    if var == 0.0:
+        field = "sd_diff" if sd_diff is not None else "rho" if float(rho) == 1.0 else "p"
+        raise StatsInputError(field, "the per-task difference would have no variance (rho = 1, p of 0 or 1, or "
+                                     "sd_diff = 0): no difference can arise; give sd_diff > 0")
     zsum = _z(level) + float(special.ndtri(pw))  # stats.norm.ppf
     return max(2, math.ceil(zsum * zsum * var / (d * d) * (1.0 - 1e-12)))

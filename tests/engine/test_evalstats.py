@@ -593,3 +593,19 @@ def test_a_key_of_commas_is_refused_and_one_unit_gives_no_bootstrap_interval():
     assert np.isnan(paired_cluster_bootstrap(d[:1], 0.95, rng, 200).low)
     two = paired_cluster_bootstrap(d, 0.95, rng, 200, clusters=np.array([0, 0, 1, 1]))
     assert two.low < two.high
+
+
+def test_power_refuses_where_its_formula_has_no_meaning():
+    """No variance of the difference answered 2 tasks for any δ; a power at or below α/2 made
+    z_{1-α/2} + z_power non-positive, and its square grew again as the power fell."""
+    with pytest.raises(statbase.StatsInputError) as exc:
+        samplesize.tasks_for_paired_difference(0.05, rho=1.0)
+    assert exc.value.field == "rho"
+    for kwargs, field in (({"p": 0.0}, "p"), ({"p": 1.0}, "p"), ({"sd_diff": 0.0}, "sd_diff"),
+                          ({"power": 0.025}, "power"), ({"power": 1e-300}, "power")):
+        with pytest.raises(statbase.StatsInputError) as exc:
+            samplesize.tasks_for_paired_difference(0.05, **kwargs)
+        assert exc.value.field == field
+    powers = [0.03, 0.1, 0.5, 0.8, 0.99]  # just above α/2 and up: more power, never fewer tasks
+    tasks = [samplesize.tasks_for_paired_difference(0.05, power=pw) for pw in powers]
+    assert tasks == sorted(tasks) and tasks[0] >= 2
