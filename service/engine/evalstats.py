@@ -158,6 +158,17 @@ different numbers of trials (0.1 and 0.2 average to 0.15000000000000002, not 0.1
 zero standard error turned into p = 0, a significant lead the letters did not show."""
 
 
+FLAT_T = 1e12
+"""A t statistic past this is an infinite one: the standard error is the rounding of equal unit
+differences (2 clusters of 50 tasks, one win for A in each: se 1.2e-17 for a mean of 0.02, so
+p = 3.9e-16 where a sign test over the 2 clusters says 0.5)."""
+
+
+def _flat(se, mean):  # noqa: ANN001, ANN202  (floats or arrays alike)
+    """Whether a paired difference is flat: the same in every unit, up to rounding."""
+    return se <= np.maximum(np.abs(mean), SAME_SCORE) / FLAT_T
+
+
 def _labels(records: Records, cluster: str | Sequence[str] | None) -> np.ndarray | None:
     """Each task's cluster, or None without a key (``None``, or an empty string). A key of
     commas alone names no column: it is refused, where it made one cluster of every task."""
@@ -309,8 +320,10 @@ def _paired_test(
     * no cluster key and single-trial 0/1 outcomes: exact McNemar;
     * otherwise a paired t-test on ``d`` with the CR1 standard error and ``G - 1`` degrees
       of freedom (``G`` = clusters, or tasks without a key: then it is the ordinary paired
-      t-test). A zero standard error gives p = 1 when the mean is 0 (to ``SAME_SCORE``), else
-      p = 0.
+      t-test). A flat difference (``_flat``: every unit, task or cluster, shows the same
+      difference, so the standard error is 0 but for rounding and t is infinite) gives p = 1
+      when that difference is 0 (to ``SAME_SCORE``), else the exact sign test's ``2^(1-G)``
+      (all ``G`` units on one side), where p = 0 called 2 tasks, or 2 clusters, a certain lead.
 
     :func:`paired_tests` runs this for all pairs of a leaderboard at once and must give the
     same bits: change both together (``tests/engine/test_leaderboard_pairs.py`` compares them).
@@ -324,8 +337,8 @@ def _paired_test(
     se = cl.se
     if not math.isfinite(se):
         return name, se, math.nan, cl if labels is not None else None
-    if se == 0.0:
-        p = 1.0 if abs(cl.mean) <= SAME_SCORE else 0.0
+    if _flat(se, cl.mean):
+        p = 1.0 if abs(cl.mean) <= SAME_SCORE else min(1.0, 2.0 ** (1 - cl.n_clusters))
     else:
         from scipy import stats  # on first use, not at import (engine/binom.py says why)
         p = float(2.0 * stats.t.sf(abs(cl.mean) / se, cl.n_clusters - 1))
@@ -423,9 +436,9 @@ def paired_tests(records: Records, a: np.ndarray, b: np.ndarray, labels: np.ndar
     ran = mcnemar & (discordant > 0)
     p[ran] = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(n_plus, n_minus)[ran], discordant[ran], 0.5))
     t_test = (test >= 2) & np.isfinite(se)
-    flat = t_test & (se == 0.0)
-    p[flat] = np.where(np.abs(diff[flat]) <= SAME_SCORE, 1.0, 0.0)
-    spread = t_test & (se != 0.0)
+    flat = t_test & _flat(se, diff)
+    p[flat] = np.where(np.abs(diff[flat]) <= SAME_SCORE, 1.0, np.minimum(1.0, 2.0 ** (1.0 - units[flat])))
+    spread = t_test & ~flat
     if spread.any():
         from scipy import stats  # on first use, not at import (engine/binom.py says why)
 

@@ -507,3 +507,31 @@ def test_scores_equal_but_for_rounding_are_tied_everywhere():
         assert [(r.rank_low, r.rank_high) for r in lb.rows] == [(1, 3)] * 3
         assert all(c.p_value == 1.0 and not c.distinguishable for c in lb.matrix)
         assert len({r.letters for r in lb.rows}) == 1
+
+
+def test_a_flat_difference_is_judged_by_a_sign_test_over_its_units():
+    """Every unit (task, or cluster) showing the same difference made the standard error 0 (or
+    its rounding, 1e-17) and p = 0: two clusters, or two tasks, were a certain lead. Such a
+    difference now gets the exact sign test over its G units, 2^(1-G): 0.5 for two."""
+    def board(n_tasks, groups, wins, trials=2):
+        rows = []
+        for t in range(n_tasks):
+            a = 1.0 if t in wins else 0.5
+            for k in range(trials):
+                rows += [{"system": "A", "task_id": f"t{t}", "group": f"g{t * groups // n_tasks}", "trial": k,
+                          "outcome": float(k < 2 * a)},
+                         {"system": "B", "task_id": f"t{t}", "group": f"g{t * groups // n_tasks}", "trial": k,
+                          "outcome": float(k < 1) if t in wins or a == 0.5 else 0.0}]
+        return from_rows(rows)
+
+    two_clusters = board(100, 2, wins={0, 50})  # one win for A in each cluster of 50
+    lb = L.leaderboard(two_clusters, cluster="group", matrix=True)
+    (c,) = lb.matrix
+    assert c.diff == pytest.approx(0.01) and c.p_value == 0.5 and not c.distinguishable
+    assert [(r.rank_low, r.rank_high) for r in lb.rows] == [(1, 2), (1, 2)]
+    two_tasks = board(2, 1, wins={0, 1})  # A half ahead on both tasks of two trials
+    (c,) = L.leaderboard(two_tasks, matrix=True).matrix
+    assert c.test == "paired_t" and c.p_value == 0.5
+    many = board(40, 1, wins=set(range(40)))
+    (c,) = L.leaderboard(many, matrix=True).matrix
+    assert c.p_value == 2.0 ** -39 and c.distinguishable
