@@ -360,12 +360,12 @@ def leaderboard(
     better = np.zeros((n, n), dtype=bool)
     better[pairs[0][up], pairs[1][up]] = True
     better[pairs[1][real & ~up], pairs[0][real & ~up]] = True
-    low, high = rank_bounds(better)
     means = [all_stats[s].mean for s in order]
     blocks = _score_blocks(means)
+    for b in blocks:  # equal scores share a rank: a lead between them (on their common tasks) moves no bound
+        better[b.start : b.stop, b.start : b.stop] = False
+    low, high = rank_bounds(better)
     separated = better | better.T
-    for b in blocks:
-        separated[b.start : b.stop, b.start : b.stop] = False
     letters: tuple[tuple[str, ...], ...] | None
     note = None
     try:

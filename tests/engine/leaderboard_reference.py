@@ -121,12 +121,12 @@ def reference_leaderboard(
     for (i, j), c in zip(pairs, full, strict=True):
         if c.distinguishable and abs(c.diff) > SAME_SCORE:
             better[(i, j) if c.diff > 0 else (j, i)] = True
-    low, high = rank_bounds(better)
     means = [all_stats[s].mean for s in order]
     blocks = _score_blocks(means)
+    for b in blocks:  # equal scores share a rank: a lead between them (on their common tasks) moves no bound
+        better[b.start : b.stop, b.start : b.stop] = False
+    low, high = rank_bounds(better)
     separated = better | better.T
-    for b in blocks:
-        separated[b.start : b.stop, b.start : b.stop] = False
     letters: tuple[tuple[str, ...], ...] | None
     note = None
     try:

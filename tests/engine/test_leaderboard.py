@@ -535,3 +535,21 @@ def test_a_flat_difference_is_judged_by_a_sign_test_over_its_units():
     many = board(40, 1, wins=set(range(40)))
     (c,) = L.leaderboard(many, matrix=True).matrix
     assert c.p_value == 2.0 ** -39 and c.distinguishable
+
+
+def test_equal_scores_share_a_rank_interval_as_they_share_a_letter():
+    """A ran only the harder half and scores 0.5 there; B scores 0.5 over all tasks but 0.2 on
+    the half they share, a significant difference. Their rank intervals were 1-1 and 2-2 while
+    their letters and tie group joined them; a lead between equal scores now moves no bound."""
+    rows = []
+    for t in range(200):
+        if t >= 100:
+            rows.append({"system": "A", "task_id": f"t{t}", "outcome": float(t < 150)})
+        rows.append({"system": "B", "task_id": f"t{t}", "outcome": float(t < 80 or 100 <= t < 120)})
+        rows.append({"system": "C", "task_id": f"t{t}", "outcome": float(t < 60)})
+    lb = L.leaderboard(from_rows(rows), matrix=True)
+    a_b = next(c for c in lb.matrix if {c.higher, c.lower} == {"A", "B"})
+    assert a_b.distinguishable  # the test itself still says so
+    top = [r for r in lb.rows if r.stats.system in ("A", "B")]
+    assert [(r.rank_low, r.rank_high) for r in top] == [(1, 2), (1, 2)]
+    assert top[0].letters == top[1].letters
