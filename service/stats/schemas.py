@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 Level = Field(default=0.95, gt=0.0, lt=1.0, description="Confidence level in (0, 1).")
 
@@ -20,7 +20,8 @@ class PassKCreate(BaseModel):
 
     n: int = Field(ge=1, le=10_000, description="Trials of the task (exact binomial coefficients: bounded).")
     c: int = Field(ge=0, description="Passes among them.")
-    k: int | None = Field(default=None, ge=1, description="Subset size; at most n. Needed when n > 1000.")
+    k: int | None = Field(default=None, ge=1, validate_default=True,
+                          description="Subset size; at most n. Needed when n > 1000.")
 
     @field_validator("c")
     @classmethod
@@ -36,13 +37,9 @@ class PassKCreate(BaseModel):
         n = info.data.get("n")
         if v is not None and n is not None and v > n:
             raise ValueError(f"k={v} exceeds the number of trials n={n}")
-        return v
-
-    @model_validator(mode="after")
-    def _curve_is_bounded(self) -> PassKCreate:
-        if self.k is None and self.n > MAX_CURVE:  # the whole curve is one value per k
+        if v is None and n is not None and n > MAX_CURVE:  # the whole curve is one value per k (named k, not "")
             raise ValueError(f"give k when n > {MAX_CURVE} (the curve would have n values)")
-        return self
+        return v
 
 
 class BoundCreate(BaseModel):

@@ -42,6 +42,7 @@ def test_calculators_give_the_spec_values(client: TestClient) -> None:
         ("/v1/stats/passk", {"n": 3, "c": 1, "k": 4}, "k"),
         ("/v1/stats/passk", {"n": 3, "c": 5, "k": 1}, "c"),
         ("/v1/stats/passk", {"n": 3, "c": -1}, "c"),
+        ("/v1/stats/passk", {"n": 1_001, "c": 2}, "k"),  # a curve of 1,001 values: give k (was named "")
         ("/v1/stats/bound", {"successes": -2, "n": 5}, "successes"),
         ("/v1/stats/bound", {"successes": 6, "n": 5}, "n"),
         ("/v1/stats/bound", {"successes": 1, "n": 5, "level": 1.0}, "level"),
