@@ -135,8 +135,8 @@ def blob_rows(session: Session, stmt: Select[Any]) -> list[tuple[Any, ...]]:
 
 def insert_new_rows(session: Session, model: type[Base], rows: Sequence[dict[str, Any]], key: Sequence[str]) -> int:
     """Insert the rows whose ``key`` is not stored yet (``ON CONFLICT DO NOTHING`` on both
-    backends) and return how many were added. The rows go in the order given, one statement,
-    so their ids follow it: live sessions and placements read their sequence of observed tasks
+    backends) and return how many were added. The rows go in the order given (statements of
+    ``INSERT_ROWS`` in turn), so their ids follow it: live sessions and placements read their sequence of observed tasks
     in id order, and that sequence is the one the harness sent (sorting the rows here, as it
     once did, made a batch's sequence its task ids' order).
 

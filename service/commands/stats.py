@@ -169,7 +169,8 @@ def _tasks(args):
 @_guard
 def _gap(args):
     gap = min_significant_gap(args.n, args.p, args.rho, args.level)
-    _finite(gap.unpaired), _finite(gap.paired)
+    for value in (gap.unpaired, gap.paired):
+        _finite(value)
     return _emit(gap)
 
 

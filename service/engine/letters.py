@@ -17,8 +17,8 @@ hold at once); a pathological pattern can need exponentially many, and then the 
 refused rather than computed for minutes."""
 MAX_LETTER_SEARCH = 16 * MAX_LETTER_COLUMNS
 """Nodes the direct search for the columns (``_maximal_sets``) may visit before the
-insert-and-absorb takes over. Leaderboards of 60-300 systems took 2-30 nodes per column
-(up to 18,000 to find 4,097 columns, 2-9 µs each); the budget keeps a pattern on which the
+insert-and-absorb takes over. Leaderboards of 60-300 systems took 3-30 nodes per column
+(up to 18,442 to find 4,097 columns, 1.4-9 µs each); the budget keeps a pattern on which the
 search would wander at about half a second."""
 
 _ALPHABET = string.ascii_lowercase + string.ascii_uppercase

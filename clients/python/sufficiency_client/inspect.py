@@ -402,30 +402,31 @@ class PairedEarlyStopping:
             rows.append({"task_id": key[0], "system": self.model_b, "trial": trial, "outcome": entry.b})
 
         if self.sequence == "schedule":
-            while self._cursor < len(self._plan):
-                key = self._plan[self._cursor]
-                entry = self._pending.get(key)
-                if entry is not None and entry.sent:  # held by the session already
-                    self._cursor += 1
-                    continue
+            while (i := self._past_sent()) < len(self._plan):
+                entry = self._pending.get(self._plan[i])
                 if entry is None or entry.a is None or entry.b is None:
                     break
-                take(key, entry)
-                self._cursor += 1
+                take(self._plan[i], entry)
         else:
             for key, entry in self._pending.items():
                 if not entry.sent and entry.a is not None and entry.b is not None:
                     take(key, entry)
         return rows
 
+    def _past_sent(self) -> int:
+        """The cursor, moved past the planned entries already sent (or held by a resumed session)."""
+        while self._cursor < len(self._plan):
+            entry = self._pending.get(self._plan[self._cursor])
+            if entry is None or not entry.sent:
+                break
+            self._cursor += 1
+        return self._cursor
+
     def _held(self) -> tuple[int, str | None]:
         """``schedule`` only: how many scored pairs wait behind the first planned entry not scored by
         both models, and a note naming that sample (none when a model that lacks it has not started:
         the "only ... has run" note covers that)."""
-        cursor = self._cursor
-        while cursor < len(self._plan) and (e := self._pending.get(self._plan[cursor])) is not None and e.sent:
-            cursor += 1  # entries the session held already
-        if self.sequence != "schedule" or cursor >= len(self._plan):
+        if self.sequence != "schedule" or (cursor := self._past_sent()) >= len(self._plan):
             return 0, None
         held = sum(1 for key in self._plan[cursor + 1:]
                    if (e := self._pending.get(key)) is not None and not e.sent and e.a is not None and e.b is not None)
